@@ -1,0 +1,10 @@
+"""patchkit: a generic engine that keeps a series of git-format patches and drop-in
+overlay files on top of pinned upstream release artifacts (wheels).
+
+It knows nothing about the project it patches: everything upstream-specific lives in
+pin.lock and in the patch headers.
+"""
+
+
+class PatchkitError(Exception):
+    """A user-facing failure: its message is one line naming what was expected and found."""

@@ -1,0 +1,46 @@
+"""Shared fixtures: the real pinned upstream trees, pristine and patched.
+
+Every test reads upstream code from the wheels pinned in pin.lock (fetched once into the
+patchkit cache and verified by sha256), never from a hand-written imitation.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from patchkit.lockfile import load_lock  # noqa: E402
+from patchkit.fetch import fetch  # noqa: E402
+from patchkit.pristine import Pristine  # noqa: E402
+
+LOCK = load_lock(REPO / "pin.lock")
+
+
+def pristine_wheel(name: str) -> Pristine:
+    up = LOCK.upstream(name)
+    return Pristine(fetch(up, LOCK.index_url, log=lambda *_: None))
+
+
+@pytest.fixture(scope="session")
+def pristine_root(tmp_path_factory) -> Path:
+    """A site-packages-like directory holding every pinned upstream, unpatched."""
+    root = tmp_path_factory.mktemp("pristine")
+    for name, up in LOCK.upstreams.items():
+        pristine_wheel(name).unpack(root, root=up.root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def patched_root(pristine_root, tmp_path_factory) -> Path:
+    """The same trees with the whole series and overlay applied by the engine."""
+    from patchkit.engine import Engine
+
+    root = tmp_path_factory.mktemp("patched") / "site"
+    shutil.copytree(pristine_root, root)
+    Engine.from_repo(REPO).apply(root, log=lambda *_: None)
+    return root
