@@ -1,0 +1,45 @@
+# User commands. Everything heavy lives in apply.py / patchkit; this file only wires them.
+PYTHON ?= python3
+VENV   ?= .venv
+VPY    := $(VENV)/bin/python
+TARGET ?=
+TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
+
+.PHONY: apply status revert check test test-gpu bench clean help
+
+help:
+	@echo "make apply      apply the patch set to the pinned release (build/site, or TARGET=dir)"
+	@echo "make status     per-patch state of build/site (or TARGET=dir)"
+	@echo "make revert     restore the pristine release files"
+	@echo "make check      every patch applies exactly and the series round-trips byte for byte"
+	@echo "make test       create $(VENV) and run the CPU test suite"
+	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
+	@echo "make clean      remove build/ and $(VENV)"
+
+apply:
+	$(PYTHON) apply.py apply $(TARGET_ARG)
+
+status:
+	$(PYTHON) apply.py status $(TARGET_ARG)
+
+revert:
+	$(PYTHON) apply.py revert $(TARGET_ARG)
+
+check:
+	$(PYTHON) apply.py check
+
+$(VENV)/.installed: requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+test: $(VENV)/.installed
+	$(VPY) -m pytest -q tests
+
+# The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
+test-gpu:
+	$(PYTHON) -m pytest -q tests/gpu
+
+clean:
+	rm -rf build $(VENV)
