@@ -1,0 +1,195 @@
+"""The engine: apply / status / revert / check a series set on a target directory.
+
+Everything project-specific comes from the repository it is pointed at: pin.lock (which upstreams,
+which artifacts) and patches/<upstream>/ + overlay/ (what to change).
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from . import PatchkitError
+from .chain import Chain, build_chain
+from .fetch import fetch
+from .lockfile import Lock, Upstream, load_lock
+from .pristine import Pristine, sha256_bytes
+from .series import Series, load_series
+from .state import (APPLIED, MODIFIED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
+                    UpstreamState)
+from .target import file_digest, first_unwritable, installed_version, require_directory
+from .transaction import Change, commit, journal_path, read_journal
+
+
+def _quiet(*_args, **_kw):
+    pass
+
+
+class Engine:
+    def __init__(self, lock: Lock, patches_root: Path, overlay_root: Path, build_root: Path):
+        self.lock = lock
+        self.patches_root = Path(patches_root)
+        self.overlay_root = Path(overlay_root)
+        self.build_root = Path(build_root)
+        self._chains: dict[str, Chain] = {}
+        self._pristine: dict[str, Pristine] = {}
+
+    @classmethod
+    def from_repo(cls, repo: Path) -> "Engine":
+        repo = Path(repo)
+        return cls(load_lock(repo / "pin.lock"), repo / "patches", repo / "overlay", repo / "build")
+
+    # -- inputs -------------------------------------------------------------------------------
+    def pristine(self, name: str, log=_quiet) -> Pristine:
+        if name not in self._pristine:
+            self._pristine[name] = Pristine(fetch(self.lock.upstream(name), self.lock.index_url, log=log))
+        return self._pristine[name]
+
+    def series(self, name: str) -> Series:
+        up = self.lock.upstream(name)
+        return load_series(name, self.patches_root, self.overlay_root, up.root)
+
+    def chain(self, name: str, log=_quiet) -> Chain:
+        if name not in self._chains:
+            self._chains[name] = build_chain(self.series(name), self.pristine(name, log))
+        return self._chains[name]
+
+    @staticmethod
+    def pin_label(up: Upstream) -> str:
+        return f"{up.package} {up.version} ({up.artifact}, sha256 {up.sha256[:12]}…)"
+
+    # -- state ----------------------------------------------------------------------------------
+    def inspect(self, target: Path, log=_quiet) -> TargetState:
+        target = require_directory(target)
+        states = []
+        for name, up in self.lock.upstreams.items():
+            st = UpstreamState(name, self.pin_label(up), present=(target / up.root).is_dir())
+            if not st.present:
+                states.append(st)
+                continue
+            found = installed_version(target, up.package)
+            if found and found[0] != up.version:
+                st.found_version, st.version_ok = f"{up.package} {found[0]} ({found[1]})", False
+                states.append(st)
+                continue
+            chain = self.chain(name, log)
+            files = {}
+            for path, fc in chain.files.items():
+                digest = file_digest(target / path)
+                pos = fc.position(digest)
+                fs = FileState(path, digest, pos, fc.states[pos][0] if pos is not None else None)
+                files[path] = fs
+                if pos is None:
+                    st.modified.append(fs)
+            for i, p in enumerate(chain.series.patches):
+                mine = [f for f in dict.fromkeys(p.paths)]
+                st.patches.append(PatchState(p.name, p.subject, self._patch_state(i, mine, files), mine))
+            for rel, owner in chain.series.overlay_owner.items():
+                st.overlay.append((rel, self._patch_state(owner, [rel], files)))
+            states.append(st)
+        return TargetState(str(target), states, read_journal(target))
+
+    @staticmethod
+    def _patch_state(index: int, paths: list[str], files: dict[str, FileState]) -> str:
+        if any(files[p].position is None for p in paths):
+            return MODIFIED
+        applied = [files[p].applied_through >= index for p in paths]
+        return APPLIED if all(applied) else PRISTINE if not any(applied) else PARTIAL
+
+    def _refuse_if_unusable(self, state: TargetState, target: Path) -> None:
+        present = [u for u in state.upstreams if u.present]
+        if not present:
+            roots = " or ".join(f"{u.root}/" for u in self.lock.upstreams.values())
+            raise PatchkitError(f"target {target}: expected a directory holding {roots}, found neither")
+        for u in present:
+            if not u.version_ok:
+                up = self.lock.upstream(u.name)
+                raise PatchkitError(f"target {target}: expected {up.package} {up.version}, found {u.found_version}; nothing written")
+            if u.modified:
+                f = u.modified[0]
+                fc = self.chain(u.name).files[f.path]
+                expected = fc.states[0][1]
+                up = self.lock.upstream(u.name)
+                raise PatchkitError(
+                    f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.package} {up.version}) "
+                    f"or a patched state, found {(f.digest or 'absent')[:16]}; nothing written"
+                )
+
+    # -- operations -----------------------------------------------------------------------------
+    def _plan(self, target: Path, to_final: bool, log) -> tuple[TargetState, list[Change]]:
+        state = self.inspect(target, log)
+        self._refuse_if_unusable(state, target)
+        changes = []
+        for u in state.upstreams:
+            if not u.present:
+                continue
+            for path, fc in self.chain(u.name).files.items():
+                want = fc.final if to_final else fc.pristine
+                current = (target / path).read_bytes() if (target / path).exists() else None
+                if current != want:
+                    changes.append(Change(path, current, want))
+        blocked = first_unwritable(target, [c.path for c in changes]) if changes else None
+        if blocked:
+            raise PatchkitError(f"target {target} is read-only: cannot write {blocked}; nothing written")
+        return state, changes
+
+    def _run(self, op: str, target: Path, to_final: bool, dry_run: bool, log) -> TargetState:
+        target = require_directory(Path(target))
+        before, changes = self._plan(target, to_final, log)
+        if not changes:
+            if before.journal is not None and not dry_run:
+                journal_path(target).unlink()
+                log(f"{op}: finished the interrupted '{before.journal.get('op')}' (nothing left to write)")
+            else:
+                log(f"{op}: nothing to do, target already {'applied' if to_final else 'pristine'}")
+            return self.inspect(target)
+        if dry_run:
+            log(f"{op} --dry-run: would write {len(changes)} file(s):")
+            for c in changes:
+                verb = "create" if c.before is None else "remove" if c.after is None else "patch"
+                log(f"  {verb} {c.path}")
+            return before
+        commit(target, op, changes)
+        after = self.inspect(target)
+        from .report import format_state
+        log(format_state(after, before))
+        return after
+
+    def apply(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
+        return self._run("apply", target, True, dry_run, log)
+
+    def revert(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
+        return self._run("revert", target, False, dry_run, log)
+
+    def status(self, target: Path, log=_quiet) -> TargetState:
+        return self.inspect(target, log)
+
+    # -- the embedded default target ------------------------------------------------------------
+    @property
+    def default_target(self) -> Path:
+        return self.build_root / "site"
+
+    def prepare_default_target(self, log=print) -> Path:
+        site = self.default_target
+        site.mkdir(parents=True, exist_ok=True)
+        for name, up in self.lock.upstreams.items():
+            if not (site / up.root).exists():
+                log(f"unpacking pristine {up.package} {up.version} into {site}")
+                self.pristine(name, log).unpack(site, root=up.root)
+        return site
+
+    def verify_pristine_tree(self, target: Path) -> list[str]:
+        """Files under each upstream root whose bytes differ from the pinned wheel's (plus extras)."""
+        bad = []
+        for name, up in self.lock.upstreams.items():
+            if not (Path(target) / up.root).is_dir():
+                continue
+            pristine = self.pristine(name)
+            expected = set(pristine.files_under(up.root))
+            for rel in sorted(expected):
+                if file_digest(Path(target) / rel) != sha256_bytes(pristine.read(rel)):
+                    bad.append(rel)
+            for f in (Path(target) / up.root).rglob("*"):
+                rel = f.relative_to(target).as_posix()
+                if f.is_file() and rel not in expected and "__pycache__" not in rel:
+                    bad.append(rel)
+        return bad

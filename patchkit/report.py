@@ -1,0 +1,42 @@
+"""Plain-text tables for the CLI."""
+from __future__ import annotations
+
+from .state import TargetState
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def format_state(state: TargetState, before: TargetState | None = None) -> str:
+    rows = []
+    prev = {}
+    if before:
+        for u in before.upstreams:
+            for p in u.patches:
+                prev[(u.name, p.name)] = p.state
+            for path, s in u.overlay:
+                prev[(u.name, path)] = s
+    for u in state.upstreams:
+        if not u.present:
+            rows.append([u.name, "(not in target)", "-", ""])
+            continue
+        for p in u.patches:
+            change = f"{prev[(u.name, p.name)]} -> " if (u.name, p.name) in prev and prev[(u.name, p.name)] != p.state else ""
+            rows.append([u.name, p.name, change + p.state, p.subject[:60]])
+        for path, s in u.overlay:
+            change = f"{prev[(u.name, path)]} -> " if (u.name, path) in prev and prev[(u.name, path)] != s else ""
+            rows.append([u.name, f"overlay/{path}", change + s, ""])
+    out = [table(rows, ["upstream", "patch", "state", "subject"])]
+    for u in state.upstreams:
+        if u.present:
+            out.append(f"{u.name}: checked against {u.pin}"
+                       + ("" if u.version_ok else f"; target holds {u.found_version}"))
+            for f in u.modified:
+                out.append(f"  modified: {f.path} matches no pinned or patched state")
+    if state.journal is not None:
+        out.append(f"journal present: a '{state.journal.get('op')}' was interrupted; run apply or revert to finish it")
+    out.append(f"target {state.target}: {state.summary}")
+    return "\n".join(out)
