@@ -1,0 +1,40 @@
+"""Helpers for engine tests: a scratch copy of this repository's data and snapshots of target trees."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_repo_data(dest: Path) -> Path:
+    """pin.lock, patches/, overlay/ and the CLI of this repo, so a test can damage them freely."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / "pin.lock", dest / "pin.lock")
+    shutil.copy2(REPO / "apply.py", dest / "apply.py")
+    for sub in ("patchkit", "patches", "overlay"):
+        if (REPO / sub).exists():
+            shutil.copytree(REPO / sub, dest / sub, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (dest / sub).mkdir()
+    return dest
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Path -> sha256 of every file under root (plus '<dir>/' entries so new directories show)."""
+    out = {}
+    for p in sorted(Path(root).rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_dir():
+            out[rel + "/"] = "dir"
+        else:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def first_patch_with_hunk(repo: Path) -> Path:
+    for series in sorted((repo / "patches").glob("*/series")):
+        for name in series.read_text().split():
+            return series.parent / name
+    raise AssertionError("the repository's series holds no patch")

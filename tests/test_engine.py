@@ -1,0 +1,254 @@
+"""The patch engine on the real pinned wheels and the real series: apply, status, revert, and every refusal.
+
+Each refusal must leave the target byte-identical and say, on one line, what was expected and found.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures import REPO, copy_repo_data, first_patch_with_hunk, snapshot
+from patchkit import PatchkitError
+from patchkit.engine import Engine
+from patchkit.state import APPLIED, PRISTINE
+
+quiet = lambda *a, **k: None
+
+
+@pytest.fixture
+def target(pristine_root, tmp_path) -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(pristine_root, site)
+    return site
+
+
+@pytest.fixture
+def repo_copy(tmp_path) -> Path:
+    return copy_repo_data(tmp_path / "repo")
+
+
+def run_cli(repo: Path, *args, env=None):
+    return subprocess.run([sys.executable, str(repo / "apply.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def all_patches(state):
+    return [(u.name, p.name, p.state) for u in state.upstreams for p in u.patches] + \
+           [(u.name, path, s) for u in state.upstreams for path, s in u.overlay]
+
+
+def test_series_is_not_empty():
+    engine = Engine.from_repo(REPO)
+    assert sum(len(engine.series(n).patches) for n in engine.lock.upstreams) >= 1
+
+
+def test_apply_then_status_then_revert_restores_every_pinned_byte(target):
+    engine = Engine.from_repo(REPO)
+    before = snapshot(target)
+    state = engine.apply(target, log=quiet)
+    rows = all_patches(state)
+    assert rows and all(s == APPLIED for _, _, s in rows), rows
+    assert state.summary == APPLIED
+    assert snapshot(target) != before
+
+    state = engine.revert(target, log=quiet)
+    assert all(s == PRISTINE for _, _, s in all_patches(state))
+    assert engine.verify_pristine_tree(target) == []
+    assert snapshot(target) == before
+
+
+def test_second_apply_is_a_noop_that_says_so(target):
+    engine = Engine.from_repo(REPO)
+    engine.apply(target, log=quiet)
+    applied = snapshot(target)
+    said = []
+    engine.apply(target, log=said.append)
+    assert snapshot(target) == applied
+    assert any("nothing to do" in s for s in said), said
+
+
+def test_cli_apply_status_revert_exit_codes(target):
+    r = run_cli(REPO, "apply", "--target", str(target))
+    assert r.returncode == 0, r.stderr
+    assert "pristine -> applied" in r.stdout
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 0 and f"target {target}: applied" in r.stdout
+    r = run_cli(REPO, "revert", "--target", str(target))
+    assert r.returncode == 0, r.stderr
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert f"target {target}: pristine" in r.stdout
+
+
+def test_dry_run_writes_nothing(target):
+    before = snapshot(target)
+    r = run_cli(REPO, "apply", "--dry-run", "--target", str(target))
+    assert r.returncode == 0 and "would write" in r.stdout
+    assert snapshot(target) == before
+
+
+def test_corrupted_hunk_fails_cleanly_and_leaves_target_identical(target, repo_copy):
+    patch = first_patch_with_hunk(repo_copy)
+    lines = patch.read_text().splitlines(keepends=True)
+    # Turn the first context line of the first hunk into text that is nowhere in the file.
+    hunk = next(i for i, l in enumerate(lines) if l.startswith("@@ "))
+    ctx = next(i for i in range(hunk + 1, len(lines)) if lines[i].startswith(" "))
+    lines[ctx] = " this context line does not exist upstream\n"
+    patch.write_text("".join(lines))
+    before = snapshot(target)
+    r = run_cli(repo_copy, "apply", "--target", str(target))
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and patch.name in r.stderr and "does not apply" in r.stderr
+    assert snapshot(target) == before
+
+
+def test_locally_modified_file_is_refused_before_any_write(target):
+    engine = Engine.from_repo(REPO)
+    name = next(n for n in engine.lock.upstreams if engine.series(n).patches)
+    victim = engine.series(name).patches[-1].paths[0]
+    with open(target / victim, "a") as fh:
+        fh.write("# local edit\n")
+    before = snapshot(target)
+    r = run_cli(REPO, "apply", "--target", str(target))
+    assert r.returncode == 1
+    msg = r.stderr.strip()
+    assert "\n" not in msg and victim in msg and "expected sha256" in msg and "found" in msg
+    assert snapshot(target) == before
+
+
+def test_another_release_is_refused_by_version(tmp_path):
+    """A site-packages holding the real sglang 0.5.17 wheel's files is not touched."""
+    from patchkit.fetch import fetch
+    from patchkit.lockfile import Upstream
+    from patchkit.pristine import Pristine
+
+    other = Upstream(name="sglang", package="sglang", version="0.5.17",
+                     artifact="sglang-0.5.17-cp311-cp311-manylinux_2_34_x86_64.whl",
+                     sha256="575e38f5683624ded3b4bb267f637a098e5ed37d13a1d1ff5ea09bd781a04d16", root="sglang")
+    site = tmp_path / "site"
+    Pristine(fetch(other, "https://pypi.org/simple", log=quiet)).unpack(site, root="sglang")
+    before = snapshot(site)
+    r = run_cli(REPO, "apply", "--target", str(site))
+    assert r.returncode == 1
+    assert "expected sglang 0.5.14, found sglang 0.5.17" in r.stderr and r.stderr.count("\n") == 1
+    assert snapshot(site) == before
+
+
+def test_read_only_target_is_refused(target):
+    engine = Engine.from_repo(REPO)
+    touched = [p for n in engine.lock.upstreams for patch in engine.series(n).patches for p in patch.paths]
+    for rel in touched:
+        os.chmod(target / rel, 0o444) if (target / rel).exists() else None
+        os.chmod((target / rel).parent, 0o555)
+    try:
+        before = snapshot(target)
+        r = run_cli(REPO, "apply", "--target", str(target))
+        assert r.returncode == 1 and "read-only" in r.stderr and r.stderr.count("\n") == 1
+        assert snapshot(target) == before
+    finally:
+        for rel in touched:
+            os.chmod((target / rel).parent, 0o755)
+
+
+def test_missing_target_and_file_target(tmp_path):
+    r = run_cli(REPO, "apply", "--target", str(tmp_path / "nope"))
+    assert r.returncode == 1 and "expected a directory, found nothing there" in r.stderr
+    (tmp_path / "f").write_text("x")
+    r = run_cli(REPO, "status", "--target", str(tmp_path / "f"))
+    assert r.returncode == 1 and "expected a directory, found a file" in r.stderr
+    r = run_cli(REPO, "apply", "--target", str(tmp_path))
+    assert r.returncode == 1 and "found neither" in r.stderr
+
+
+def test_malformed_patch_file(target, repo_copy):
+    patch = first_patch_with_hunk(repo_copy)
+    patch.write_text("Subject: [PATCH] not really a patch\n\njust words\n")
+    before = snapshot(target)
+    r = run_cli(repo_copy, "apply", "--target", str(target))
+    assert r.returncode == 1 and "malformed patch" in r.stderr and patch.name in r.stderr
+    assert snapshot(target) == before
+
+
+def test_unknown_patch_in_series(target, repo_copy):
+    series = next((repo_copy / "patches").glob("*/series"))
+    series.write_text(series.read_text() + "9999-not-here.patch\n")
+    r = run_cli(repo_copy, "apply", "--target", str(target))
+    assert r.returncode == 1 and "unknown patch 9999-not-here.patch" in r.stderr
+
+
+def test_unlisted_patch_file_is_refused(repo_copy):
+    series = next((repo_copy / "patches").glob("*/series"))
+    (series.parent / "9999-stray.patch").write_text("x")
+    r = run_cli(repo_copy, "check")
+    assert r.returncode == 1 and "not listed" in r.stderr
+
+
+def test_error_mid_apply_rolls_every_file_back(target):
+    before = snapshot(target)
+    r = run_cli(REPO, "apply", "--target", str(target), env={"PATCHKIT_TEST_FAULT": "raise:1"})
+    assert r.returncode == 1 and "target restored" in r.stderr
+    assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("finish", ["apply", "revert"])
+def test_killed_mid_apply_is_reported_and_finished(target, finish):
+    before = snapshot(target)
+    r = run_cli(REPO, "apply", "--target", str(target), env={"PATCHKIT_TEST_FAULT": "kill:1"})
+    assert r.returncode == 137
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 1 and "interrupted apply" in r.stdout
+    r = run_cli(REPO, finish, "--target", str(target))
+    assert r.returncode == 0, r.stderr
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 0
+    assert f"target {target}: {'applied' if finish == 'apply' else 'pristine'}" in r.stdout
+    if finish == "revert":
+        assert snapshot(target) == before
+
+
+def test_check_passes_on_the_real_series():
+    r = run_cli(REPO, "check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "exact, round-trips" in r.stdout
+
+
+def test_check_catches_a_patch_that_does_not_round_trip(repo_copy):
+    patch = first_patch_with_hunk(repo_copy)
+    text = patch.read_text()
+    patch.write_text(text.replace("\nUpstream-Status:", "\n\nUpstream-Status:", 1))
+    r = run_cli(repo_copy, "check")
+    assert r.returncode == 1 and "re-export differs" in r.stdout
+
+
+def test_worktree_then_export_reproduces_the_series(repo_copy):
+    for series in sorted((repo_copy / "patches").glob("*/series")):
+        name = series.parent.name
+        before = {p.name: p.read_bytes() for p in series.parent.iterdir()}
+        assert run_cli(repo_copy, "worktree", name, "--dir", str(repo_copy / "wt" / name)).returncode == 0
+        assert run_cli(repo_copy, "export", name, "--dir", str(repo_copy / "wt" / name)).returncode == 0
+        assert {p.name: p.read_bytes() for p in series.parent.iterdir()} == before
+
+
+def test_pinned_artifact_with_wrong_sha256_is_a_hard_error(tmp_path, monkeypatch):
+    from patchkit import fetch as fetch_mod
+
+    up = Engine.from_repo(REPO).lock.upstream("flashinfer")
+    good = fetch_mod.fetch(up, "https://pypi.org/simple", log=quiet)
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path))
+    bad = fetch_mod.cache_dir() / up.artifact
+    data = bytearray(good.read_bytes())
+    data[100] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    with pytest.raises(PatchkitError, match=f"sha256 mismatch .* expected {up.sha256}, found"):
+        fetch_mod.fetch(up, "https://pypi.org/simple", log=quiet)
+
+
+def test_usage_errors_exit_2_and_every_command_has_help():
+    assert run_cli(REPO, "frobnicate").returncode == 2
+    for cmd in ("apply", "status", "revert", "check", "worktree", "export"):
+        r = run_cli(REPO, cmd, "--help")
+        assert r.returncode == 0 and "usage" in r.stdout
