@@ -53,6 +53,9 @@ def cmd_check(engine, args) -> int:
                 problems.append(trips[p.name].split(": ", 1)[1])
             failed |= bool(problems)
             rows.append([name, p.name, "ok" if not problems else "FAIL", "; ".join(problems) or "exact, round-trips"])
+        for rel in series.unclaimed:
+            failed = True
+            rows.append([name, f"overlay/{rel}", "FAIL", f"no patch claims it (add 'Overlay: {rel}' to one)"])
     print(table(rows, ["upstream", "patch", "check", "detail"]) if rows else "no patches in any series")
     return 1 if failed else 0
 

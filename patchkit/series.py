@@ -15,6 +15,7 @@ class Series:
     patches: list[PatchFile]
     overlay_root: Path               # overlay/ (holds files in wheel layout)
     overlay_owner: dict[str, int]    # wheel path -> index of the patch that wires it in
+    unclaimed: list[str]             # overlay files no patch claims: never applied, `check` fails on them
 
     def overlay_bytes(self, relpath: str) -> bytes:
         return (self.overlay_root / relpath).read_bytes()
@@ -58,9 +59,10 @@ def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) ->
             if rel in owner:
                 raise PatchkitError(f"{p.path}: overlay/{rel} is already claimed by {patches[owner[rel]].name}")
             owner[rel] = i
+    unclaimed = []
     if Path(overlay_root, root).is_dir():
         for f in sorted(Path(overlay_root, root).rglob("*")):
             rel = f.relative_to(overlay_root).as_posix()
             if f.is_file() and "__pycache__" not in rel and rel not in owner:
-                raise PatchkitError(f"overlay/{rel}: expected an 'Overlay: {rel}' trailer in one patch of {name}, found none")
-    return Series(name, directory, patches, Path(overlay_root), owner)
+                unclaimed.append(rel)
+    return Series(name, directory, patches, Path(overlay_root), owner, unclaimed)
