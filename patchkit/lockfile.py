@@ -1,11 +1,18 @@
 """Read pin.lock: which upstream artifacts the series is written against."""
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import PatchkitError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        raise SystemExit("patchkit needs Python >= 3.11 (tomllib) or the 'tomli' package on Python 3.10")
 
 _REQUIRED = ("package", "version", "artifact", "sha256", "root")
 
