@@ -5,7 +5,7 @@ VPY    := $(VENV)/bin/python
 TARGET ?=
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: apply status revert check test test-gpu bench clean help
+.PHONY: apply status revert check test test-gpu carry bench clean help
 
 help:
 	@echo "make apply      apply the patch set to the pinned release (build/site, or TARGET=dir)"
@@ -38,8 +38,12 @@ test: $(VENV)/.installed
 	$(VPY) -m pytest -q tests
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
+# A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry.
 test-gpu:
 	$(PYTHON) -m pytest -q tests/gpu
+
+carry:
+	$(PYTHON) apply.py fetch --into .carry/artifacts
 
 clean:
 	rm -rf build $(VENV)

@@ -60,6 +60,17 @@ def cmd_check(engine, args) -> int:
     return 1 if failed else 0
 
 
+def cmd_fetch(engine, args) -> int:
+    import shutil
+    for name, up in engine.lock.upstreams.items():
+        path = engine.pristine(name, print).wheel
+        print(f"{up.package} {up.version}: {path} (sha256 ok)")
+        if args.into:
+            Path(args.into).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, Path(args.into) / path.name)
+    return 0
+
+
 def cmd_worktree(engine, args) -> int:
     up = engine.lock.upstream(args.upstream)
     dest = Path(args.dir) if args.dir else engine.build_root / "work" / args.upstream
@@ -99,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("status", cmd_status, "per patch and overlay file: pristine / applied / partial / modified")
     add("revert", cmd_revert, "restore the pristine bytes and remove overlay files", dry=True)
     add("check", cmd_check, "every patch applies exactly to the pin and the series round-trips byte for byte", target=False)
+    p = add("fetch", cmd_fetch, "download and verify the pinned artifacts into the cache", target=False)
+    p.add_argument("--into", metavar="DIR", help="also copy them to DIR (for a machine without internet: PATCHKIT_CACHE=PARENT with DIR=PARENT/artifacts)")
     p = add("worktree", cmd_worktree, "make a git repo with the pristine release and the series as commits, to edit patches", target=False)
     p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/UPSTREAM")
     p = add("export", cmd_export, "regenerate patches/UPSTREAM from a worktree's commits", target=False)
