@@ -76,6 +76,7 @@ def _download(url: str, dest: Path, label: str) -> None:
                     sys.stderr.write(f"\r  fetching {label}: {done >> 20}/{total >> 20} MiB")
             if total and sys.stderr.isatty():
                 sys.stderr.write("\n")
+        os.chmod(tmp.name, 0o644)  # a shared cache: readable like any downloaded file
         os.replace(tmp.name, dest)
     except BaseException:
         os.unlink(tmp.name)
