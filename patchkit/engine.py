@@ -14,10 +14,10 @@ from .fetch import fetch
 from .lockfile import Lock, Upstream, load_lock
 from .pristine import Pristine, sha256_bytes
 from .series import Series, load_series
-from .state import (APPLIED, MODIFIED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
+from .state import (APPLIED, MODIFIED, OUTDATED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
                     UpstreamState)
 from .target import file_digest, first_unwritable, installed_version, require_directory
-from .transaction import Change, commit, journal_path, read_journal
+from .transaction import Change, commit, journal_path, read_journal, record_written, written_by_us
 
 
 def _quiet(*_args, **_kw):
@@ -72,14 +72,27 @@ class Engine:
                 states.append(st)
                 continue
             chain = self.chain(name, log)
+            ours = written_by_us(target)
             files = {}
             for path, fc in chain.files.items():
                 digest = file_digest(target / path)
                 pos = fc.position(digest)
-                fs = FileState(path, digest, pos, fc.states[pos][0] if pos is not None else None)
+                fs = FileState(path, digest, pos, fc.states[pos][0] if pos is not None else None,
+                               stale=pos is None and digest is not None and digest in ours.get(path, ()))
                 files[path] = fs
-                if pos is None:
+                if pos is None and not fs.stale:
                     st.modified.append(fs)
+            # Files an older series wrote that the current one no longer touches.
+            pristine = self.pristine(name, log)
+            for path in sorted(set(ours) - set(chain.files)):
+                if not path.startswith(up.root + "/"):
+                    continue
+                digest = file_digest(target / path)
+                base = sha256_bytes(pristine.read(path)) if pristine.has(path) else None
+                if digest == base:
+                    continue
+                fs = FileState(path, digest, None, None, stale=digest in ours[path])
+                (st.leftover if fs.stale else st.modified).append(fs)
             for i, p in enumerate(chain.series.patches):
                 mine = [f for f in dict.fromkeys(p.paths)]
                 st.patches.append(PatchState(p.name, p.subject, self._patch_state(i, mine, files), mine))
@@ -90,8 +103,10 @@ class Engine:
 
     @staticmethod
     def _patch_state(index: int, paths: list[str], files: dict[str, FileState]) -> str:
-        if any(files[p].position is None for p in paths):
+        if any(files[p].position is None and not files[p].stale for p in paths):
             return MODIFIED
+        if any(files[p].stale for p in paths):
+            return OUTDATED
         applied = [files[p].applied_through >= index for p in paths]
         return APPLIED if all(applied) else PRISTINE if not any(applied) else PARTIAL
 
@@ -127,6 +142,10 @@ class Engine:
                 current = (target / path).read_bytes() if (target / path).exists() else None
                 if current != want:
                     changes.append(Change(path, current, want))
+            pristine = self.pristine(u.name)
+            for fs in u.leftover:
+                current = (target / fs.path).read_bytes() if (target / fs.path).exists() else None
+                changes.append(Change(fs.path, current, pristine.read(fs.path) if pristine.has(fs.path) else None))
         blocked = first_unwritable(target, [c.path for c in changes]) if changes else None
         if blocked:
             raise PatchkitError(f"target {target} is read-only: cannot write {blocked}; nothing written")
@@ -149,6 +168,7 @@ class Engine:
                 log(f"  {verb} {c.path}")
             return before
         commit(target, op, changes)
+        record_written(target, [c for c in changes if c.after is not None] if to_final else [], replace=not to_final)
         after = self.inspect(target)
         from .report import format_state
         log(format_state(after, before))

@@ -36,6 +36,8 @@ def format_state(state: TargetState, before: TargetState | None = None) -> str:
                        + ("" if u.version_ok else f"; target holds {u.found_version}"))
             for f in u.modified:
                 out.append(f"  modified: {f.path} matches no pinned or patched state")
+            for f in u.leftover:
+                out.append(f"  outdated: {f.path} was patched by an earlier series; apply or revert restores it")
     if state.journal is not None:
         out.append(f"journal present: a '{state.journal.get('op')}' was interrupted; run apply or revert to finish it")
     out.append(f"target {state.target}: {state.summary}")

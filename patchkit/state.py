@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 APPLIED, PRISTINE, PARTIAL, MODIFIED, ABSENT = "applied", "pristine", "partial", "modified", "absent"
 EMPTY = "no patches"
+OUTDATED = "outdated"   # written by an earlier version of the series: apply refreshes it, revert restores it
 
 
 @dataclass
@@ -13,6 +14,7 @@ class FileState:
     digest: str | None
     position: int | None          # index into the file's chain states; None = matches no known state
     applied_through: int | None   # index of the last patch applied to it (-1 = none)
+    stale: bool = False           # no state of the current series, but bytes this tool wrote earlier
 
 
 @dataclass
@@ -33,6 +35,7 @@ class UpstreamState:
     patches: list[PatchState] = field(default_factory=list)
     overlay: list[tuple[str, str]] = field(default_factory=list)
     modified: list[FileState] = field(default_factory=list)
+    leftover: list[FileState] = field(default_factory=list)   # ours, from patches no longer in the series
 
     @property
     def summary(self) -> str:
@@ -41,6 +44,8 @@ class UpstreamState:
         if not self.version_ok or self.modified:
             return MODIFIED
         states = {p.state for p in self.patches} | {s for _, s in self.overlay}
+        if self.leftover:
+            states.add(OUTDATED)
         if not states:
             return EMPTY
         if states <= {APPLIED}:
@@ -64,7 +69,7 @@ class TargetState:
         if not present:
             return ABSENT
         present = [s for s in present if s != EMPTY] or [APPLIED]
-        for s in (MODIFIED, PARTIAL):
+        for s in (MODIFIED, OUTDATED, PARTIAL):
             if s in present:
                 return s
         if set(present) == {APPLIED}:

@@ -15,6 +15,7 @@ from . import PatchkitError
 from .pristine import sha256_bytes
 
 JOURNAL = ".patchkit-journal.json"
+WRITTEN = ".patchkit-written.json"   # every digest this tool has written per file, so a later series can replace them
 
 
 @dataclass
@@ -115,3 +116,33 @@ def commit(target: Path, op: str, changes: list[Change]) -> None:
         where = changes[len(done)].path if len(done) < len(changes) else "journal"
         raise PatchkitError(f"{op} failed while writing {where} ({exc}); target restored to its previous state") from None
     jpath.unlink()
+
+
+def written_by_us(target: Path) -> dict[str, set[str]]:
+    """path -> digests this tool wrote there (recorded after each apply, plus an interrupted journal's)."""
+    out: dict[str, set[str]] = {}
+    path = Path(target) / WRITTEN
+    if path.exists():
+        try:
+            for rel, digests in json.loads(path.read_text()).items():
+                out.setdefault(rel, set()).update(digests)
+        except (OSError, ValueError):
+            pass
+    journal = read_journal(target)
+    for f in (journal or {}).get("files", []):
+        if f.get("after"):
+            out.setdefault(f["path"], set()).add(f["after"])
+    return out
+
+
+def record_written(target: Path, changes: list[Change], replace: bool) -> None:
+    """Remember what apply wrote; a revert (replace=True, no changes) forgets everything."""
+    path = Path(target) / WRITTEN
+    if replace and not changes:
+        path.unlink(missing_ok=True)
+        return
+    known = {k: sorted(v) for k, v in written_by_us(target).items()} if not replace else {}
+    for c in changes:
+        digests = set(known.get(c.path, [])) | {sha256_bytes(c.after)}
+        known[c.path] = sorted(digests)
+    _atomic_write(path, json.dumps(known, indent=1, sort_keys=True).encode(), None)

@@ -252,3 +252,22 @@ def test_usage_errors_exit_2_and_every_command_has_help():
     for cmd in ("apply", "status", "revert", "check", "worktree", "export"):
         r = run_cli(REPO, cmd, "--help")
         assert r.returncode == 0 and "usage" in r.stdout
+
+
+def test_tree_applied_by_an_older_series_is_refreshed_by_apply(target, repo_copy):
+    """A user updates this repo: files written by the previous series version are recognised as ours."""
+    patch = first_patch_with_hunk(repo_copy)
+    lines = patch.read_text().splitlines(keepends=True)
+    added = next(i for i, l in enumerate(lines) if l.startswith("+") and not l.startswith("+++") and l.strip() != "+")
+    lines[added] = lines[added].rstrip("\n") + "  # older series\n"
+    patch.write_text("".join(lines))
+    assert run_cli(repo_copy, "apply", "--target", str(target)).returncode == 0
+
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 1 and "outdated" in r.stdout
+    r = run_cli(REPO, "apply", "--target", str(target))
+    assert r.returncode == 0, r.stderr
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 0 and f"target {target}: applied" in r.stdout
+    assert run_cli(REPO, "revert", "--target", str(target)).returncode == 0
+    assert Engine.from_repo(REPO).verify_pristine_tree(target) == []
