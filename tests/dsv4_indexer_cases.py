@@ -1,0 +1,228 @@
+"""The DSv4 indexer and MHC-pre functions out of a real upstream tree, inputs for them, and probes.
+
+Shared by tests/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
+tests/gpu/test_indexer_gpu.py and bench/bench_indexer.py, bench/bench_mhc_pre.py.
+
+`indexer.py` and `deepseek_v4.py` import the whole SGLang runtime, so the pure functions are
+compiled out of the file of the tree under test (pristine or patched) with only what they reference.
+
+Indexer cache layout (DeepSeekV4IndexerPool): a page holds 64 c4 positions, 64x128 fp8-e4m3 values
+then 64 fp32 scales (8448 bytes); the caller passes a [pages, 64, 1, 132] uint8 view.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from upstream import load_module  # noqa: E402
+
+INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
+TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
+MODEL = "sglang/srt/models/deepseek_v4.py"
+
+PAGE, HEAD_DIM, N_HEADS = 64, 128, 64
+PAGE_BYTES = PAGE * (HEAD_DIM + 4)
+FP8_MAX = 448.0
+
+# DSv4-Flash MHC shapes (configs/deepseek_v4.py): hidden 4096, hc_mult 4 -> mix_hc 24, K 16384.
+HIDDEN, HC_MULT, RMS_EPS = 4096, 4, 1e-6
+MIX_HC, HC_DIM = (2 + HC_MULT) * HC_MULT, HC_MULT * HIDDEN
+
+
+# --------------------------------------------------------------------------- upstream functions
+
+def _top_level_defs(tree: ast.Module) -> dict[str, ast.stmt]:
+    defs = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            defs[node.targets[0].id] = node
+    return defs
+
+
+def _with_local_helpers(defs: dict[str, ast.stmt], name: str) -> list[ast.stmt]:
+    """`name` plus the module-level functions of the same file it calls (transitively)."""
+    picked, todo = {}, [name]
+    while todo:
+        n = todo.pop()
+        if n in picked:
+            continue
+        if n not in defs:
+            raise KeyError(f"definition not found: {n}")
+        picked[n] = defs[n]
+        used = {x.id for x in ast.walk(defs[n]) if isinstance(x, ast.Name)}
+        todo += [u for u in used if u in defs and isinstance(defs[u], ast.FunctionDef)]
+    return [node for node in defs.values() if node in picked.values()]
+
+
+def indexer_function(root: Path, name: str = "fp8_paged_mqa_logits_torch_sm120"):
+    """`name` from root's indexer.py, with its local helpers and, when the tree has it, the overlay kernel.
+
+    Load under TRITON_INTERPRET=1 to run the Triton path on a CPU.
+    """
+    path = Path(root) / INDEXER
+    namespace: dict[str, Any] = {
+        "torch": torch, "F": F, "Any": Any, "os": __import__("os"), "FP8_DTYPE": torch.float8_e4m3fn,
+        "_arange_cache": {},
+    }
+    kernel_file = Path(root) / TRITON_INDEXER
+    if kernel_file.is_file():
+        namespace["fp8_paged_mqa_logits_triton"] = load_module(kernel_file).fp8_paged_mqa_logits_triton
+    tree = ast.parse(path.read_text())
+    module = ast.Module(body=_with_local_helpers(_top_level_defs(tree), name), type_ignores=[])
+    exec(compile(module, str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
+    """The nested `hc_pre_torch_impl` of DeepseekV4DecoderLayer.hc_pre, compiled on its own.
+
+    Its decorator (`compile_in_capture_mode`) is a pass-through outside CUDA-graph capture, so it is
+    dropped; the free variable `self` becomes a global holding the one attribute it reads.
+    """
+    path = Path(root) / MODEL
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV4DecoderLayer")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre")
+    inner = next(n for n in method.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre_torch_impl")
+    inner.decorator_list = []
+    namespace = {"torch": torch, "F": F, "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps)}
+    exec(compile(ast.Module(body=[inner], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["hc_pre_torch_impl"]
+
+
+# --------------------------------------------------------------------------- indexer inputs
+
+def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row absmax FP8 e4m3 quantisation, as the DSv4 writers do: (fp8 values, fp32 scale)."""
+    scale = x.abs().amax(-1, keepdim=True).clamp(min=1e-4) / FP8_MAX
+    return (x / scale).to(torch.float8_e4m3fn), scale.squeeze(-1).float()
+
+
+def make_indexer_cache(num_pages: int, gen: torch.Generator, device="cpu") -> torch.Tensor:
+    """A [num_pages, 64, 1, 132] uint8 cache: Hadamard-rotated keys (~N(0,1)) quantised per position."""
+    keys = torch.randn(num_pages * PAGE, HEAD_DIM, generator=gen, device=device)
+    values, scales = quantize_fp8_rows(keys)
+    values = values.view(torch.uint8).view(num_pages, PAGE * HEAD_DIM)
+    scales = scales.view(num_pages, PAGE).view(torch.uint8)
+    return torch.cat([values, scales], dim=1).view(num_pages, PAGE, 1, HEAD_DIM + 4)
+
+
+def make_indexer_query(batch: int, gen: torch.Generator, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """q_fp8 [B, 1, 64, 128] and head weights [B, 64] fp32 that fold in q's quant scale,
+    head_dim^-0.5 and n_heads^-0.5 (as fused_q_indexer_rope_hadamard_quant's callers do)."""
+    q = torch.randn(batch, N_HEADS, HEAD_DIM, generator=gen, device=device)
+    q_fp8, q_scale = quantize_fp8_rows(q)
+    w = torch.randn(batch, N_HEADS, generator=gen, device=device)
+    weight = w * q_scale * HEAD_DIM ** -0.5 * N_HEADS ** -0.5
+    return q_fp8.unsqueeze(1), weight.float()
+
+
+def reference_scores(q_fp8, cache, weight, page_table, max_seq_len):
+    """float64: per-head scores s [B, T, H] and logits [B, T] over the first max_seq_len positions."""
+    q = q_fp8[:, 0].double()
+    flat = cache.view(cache.shape[0], PAGE_BYTES)
+    vals = flat[:, : PAGE * HEAD_DIM].contiguous().view(torch.float8_e4m3fn).double().view(-1, PAGE, HEAD_DIM)
+    scales = flat[:, PAGE * HEAD_DIM :].contiguous().view(torch.float32).double()
+    pages = page_table[:, : math.ceil(max_seq_len / PAGE)].long()
+    k = vals[pages].flatten(1, 2)[:, :max_seq_len]                         # [B, T, D]
+    kscale = scales[pages].flatten(1, 2)[:, :max_seq_len]                  # [B, T]
+    s = torch.einsum("btd,bhd->bth", k, q)
+    logits = (F.relu(s) * weight.double()[:, None, :]).sum(-1) * kscale
+    return s, logits, kscale
+
+
+def logit_bound(s, weight, kscale, rel: float) -> torch.Tensor:
+    """rel * |scale_t| * sum_h |w_h * s_h|: the error a relative rounding `rel` of each head score allows."""
+    return rel * kscale.abs() * (s.abs() * weight.double().abs()[:, None, :]).sum(-1)
+
+
+# --------------------------------------------------------------------------- probes
+
+MATMUL_OPS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "_scaled_mm"}
+
+
+class MatmulDtypes(TorchDispatchMode):
+    """Records (op, operand dtypes, operand shapes) of every matmul aten op that runs inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, tuple, tuple]] = []
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in MATMUL_OPS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((name, tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)))
+        return func(*args, **(kwargs or {}))
+
+
+class KVBytesRead(TorchDispatchMode):
+    """Bytes read out of one tensor's memory, by torch ops or by interpreted Triton kernels.
+
+    torch: the output size of every non-view op that takes the tensor's storage (a gather of
+    pages reads what it returns). Triton under TRITON_INTERPRET=1: every unmasked element a load
+    takes from the tensor's address range; the interpreter's own host copies are not counted.
+    """
+
+    def __init__(self, tensor: torch.Tensor):
+        super().__init__()
+        storage = tensor.untyped_storage()
+        self.lo, self.hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        self.torch_bytes = 0
+        self.triton_bytes = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.torch_bytes + self.triton_bytes
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view and isinstance(out, torch.Tensor):
+            flat = [a for a in args if isinstance(a, torch.Tensor)]
+            flat += [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
+            if any(t.untyped_storage().data_ptr() == self.lo for t in flat):
+                self.torch_bytes += out.numel() * out.element_size()
+        return out
+
+    def __enter__(self):
+        import numpy as np
+        from torch.utils._python_dispatch import _disable_current_modes
+        from triton.runtime import interpreter
+
+        probe = self
+        self._patched = [
+            (interpreter.InterpreterBuilder, "create_masked_load", interpreter.InterpreterBuilder.create_masked_load),
+            (interpreter.GridExecutor, "__call__", interpreter.GridExecutor.__call__),
+        ]
+        load, launch = self._patched[0][2], self._patched[1][2]
+
+        def counting_load(builder, ptrs, mask, other, *rest):
+            addr = ptrs.data.astype(np.uint64)
+            hit = mask.data.astype(bool) & (addr >= probe.lo) & (addr < probe.hi)
+            size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
+            probe.triton_bytes += int(hit.sum()) * size
+            return load(builder, ptrs, mask, other, *rest)
+
+        def launch_outside_mode(executor, *args, **kwargs):
+            with _disable_current_modes():
+                return launch(executor, *args, **kwargs)
+
+        interpreter.InterpreterBuilder.create_masked_load = counting_load
+        interpreter.GridExecutor.__call__ = launch_outside_mode
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for owner, name, original in self._patched:
+            setattr(owner, name, original)
+        return super().__exit__(*exc)

@@ -1,0 +1,89 @@
+"""P4 red/green: the sm_120 indexer's work is bounded by the rows' real lengths.
+
+Runs the real `fp8_paged_mqa_logits_torch_sm120` compiled out of the pristine and the patched
+indexer.py (the patched one routes to the overlay Triton kernel, run by Triton's interpreter here),
+with max_seq_len the whole page-table width as under CUDA graphs, and counts the KV-cache bytes the
+call reads (torch ops and interpreted Triton loads alike). Length-bounded means at most
+sum_b ceil(seq_len_b / 64) pages of 8448 bytes; the pristine fallback reads every page of the table.
+Every valid logit must match the pristine fallback, and the output keep its static shape.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"   # before anything imports triton: run kernels on the CPU
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import dsv4_indexer_cases as C  # noqa: E402
+
+MATCH_REL = 2.0 ** -16   # fp32 vs fp32 in another summation order, relative to sum_h |w_h s_h|
+
+
+def _case():
+    gen = torch.Generator().manual_seed(4)
+    batch, width = 4, 32                                   # "context" of 2048 c4 positions
+    cache = C.make_indexer_cache(batch * width + 3, gen)
+    q_fp8, weight = C.make_indexer_query(batch, gen)
+    page_table = torch.randperm(batch * width + 3, generator=gen)[: batch * width].view(batch, width).int()
+    seq_lens = torch.tensor([[1], [64], [65], [1500]], dtype=torch.int32)
+    return q_fp8, cache, weight, seq_lens, page_table, width * C.PAGE
+
+
+def _pages_needed(seq_lens):
+    return sum(-(-n // C.PAGE) for n in seq_lens.flatten().tolist())
+
+
+def check_len_bounded(root, pristine_root):
+    q_fp8, cache, weight, seq_lens, page_table, max_seq_len = _case()
+    fn = C.indexer_function(root)
+    with C.KVBytesRead(cache) as probe:
+        logits = fn(q_fp8, cache, weight, seq_lens, page_table, None, max_seq_len, False)
+
+    assert logits.shape == (q_fp8.shape[0], max_seq_len) and logits.dtype == torch.float32
+    budget = _pages_needed(seq_lens) * C.PAGE_BYTES
+    assert probe.bytes <= budget, (
+        f"expected at most {budget} KV bytes read (the rows' real lengths), found {probe.bytes} "
+        f"(the whole table is {page_table.numel() * C.PAGE_BYTES})"
+    )
+
+    upstream = C.indexer_function(pristine_root)
+    expected = upstream(q_fp8, cache, weight, seq_lens, page_table, None, max_seq_len, False)
+    s, _, kscale = C.reference_scores(q_fp8, cache, weight, page_table, max_seq_len)
+    tol = C.logit_bound(s, weight, kscale, MATCH_REL)
+    for b, length in enumerate(seq_lens.flatten().tolist()):
+        diff = (logits[b, :length].double() - expected[b, :length].double()).abs()
+        assert (diff <= tol[b, :length]).all(), f"row {b}: logits differ from the upstream fallback"
+        page_end = -(-length // C.PAGE) * C.PAGE
+        assert torch.isneginf(logits[b, length:page_end]).all(), f"row {b}: expected -inf after seq_len"
+    return logits
+
+
+def test_pristine_indexer_reads_whole_table(pristine_root, monkeypatch):
+    monkeypatch.delenv("SGLANG_SM120_INDEXER_TRITON", raising=False)
+    with pytest.raises(AssertionError, match="KV bytes read"):
+        check_len_bounded(pristine_root, pristine_root)
+
+
+def test_patched_indexer_reads_only_real_lengths(patched_root, pristine_root, monkeypatch):
+    monkeypatch.delenv("SGLANG_SM120_INDEXER_TRITON", raising=False)
+    monkeypatch.delenv("SGLANG_SM120_INDEXER_FILL_TAIL", raising=False)
+    check_len_bounded(patched_root, pristine_root)
+
+
+def test_patched_fill_tail_writes_whole_row(patched_root, pristine_root, monkeypatch):
+    monkeypatch.delenv("SGLANG_SM120_INDEXER_TRITON", raising=False)
+    monkeypatch.setenv("SGLANG_SM120_INDEXER_FILL_TAIL", "1")
+    logits = check_len_bounded(patched_root, pristine_root)
+    _, _, _, seq_lens, _, _ = _case()
+    for b, length in enumerate(seq_lens.flatten().tolist()):
+        assert torch.isneginf(logits[b, length:]).all()
+
+
+def test_patched_switch_restores_upstream_fallback(patched_root, monkeypatch):
+    monkeypatch.setenv("SGLANG_SM120_INDEXER_TRITON", "0")
+    q_fp8, cache, weight, seq_lens, page_table, max_seq_len = _case()
+    with C.KVBytesRead(cache) as probe:
+        C.indexer_function(patched_root)(q_fp8, cache, weight, seq_lens, page_table, None, max_seq_len, False)
+    assert probe.torch_bytes == page_table.numel() * C.PAGE_BYTES and probe.triton_bytes == 0

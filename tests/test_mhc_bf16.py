@@ -1,0 +1,61 @@
+"""P3 red/green: the MHC-pre mixing linear runs in bf16, the RMS statistics in fp32.
+
+Runs the real nested `hc_pre_torch_impl` of DeepseekV4DecoderLayer.hc_pre, compiled out of the
+pristine and the patched deepseek_v4.py, at DSv4-Flash shapes (x [T, 4, 4096] bf16,
+hc_fn [24, 16384] fp32).
+
+Bound: x is bf16 already, so the GEMM in bf16 rounds only hc_fn (2^-9 relative) and its output
+(2^-9 relative); fp32 accumulation stays. Per mix, against float64:
+|mix - ref| <= 2^-8 * rsqrt * sum_i |x_i * w_i|.
+The RMS statistic must stay fp32 (checked through the same bound: a bf16 mean of 16384 squares
+would move rsqrt, hence every mix, by up to 2^-9 relative on its own).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dsv4_indexer_cases as C
+
+BOUND_REL = 2.0 ** -8
+
+
+def _case(tokens=16):
+    gen = torch.Generator().manual_seed(3)
+    # Residual-stream magnitudes spread over two decades, plus a few large outlier channels.
+    x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen)
+    x = x * torch.logspace(-1, 1.3, tokens)[:, None, None]
+    x[:, :, :8] *= 50
+    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen) * C.HC_DIM ** -0.5
+    return x.to(torch.bfloat16), hc_fn
+
+
+def check_bf16_mhc_pre(root):
+    x, hc_fn = _case()
+    fn = C.hc_pre_torch_impl(root)
+    with C.MatmulDtypes() as probe:
+        x_flat, mixes = fn(x, hc_fn)
+
+    assert probe.calls, "expected a matmul, found none"
+    dtypes = {d for _, operands, _ in probe.calls for d in operands}
+    assert dtypes == {torch.bfloat16}, f"expected bf16 matmul operands, found {probe.calls}"
+
+    assert mixes.shape == (x.shape[0], 1, C.MIX_HC) and mixes.dtype == torch.float32
+    # x_flat feeds `pre * x_flat` in the caller: it must carry x's values exactly.
+    assert torch.equal(x_flat.double(), x.flatten(1).double())
+
+    x64, w64 = x.flatten(1).double(), hc_fn.double()
+    rsqrt = torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
+    ref = (x64 @ w64.t()) * rsqrt
+    bound = BOUND_REL * rsqrt * (x64.abs() @ w64.abs().t())
+    worst = ((mixes[:, 0].double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"error reaches {worst:.3f} of the 2^-8 bound"
+
+
+def test_pristine_mhc_pre_matmul_is_fp32(pristine_root):
+    with pytest.raises(AssertionError, match="expected bf16 matmul operands"):
+        check_bf16_mhc_pre(pristine_root)
+
+
+def test_patched_mhc_pre_matmul_is_bf16_within_bound(patched_root):
+    check_bf16_mhc_pre(patched_root)
