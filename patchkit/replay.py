@@ -1,0 +1,300 @@
+"""Replay one series onto a new release in a scratch git repo, and classify what each patch did.
+
+Repo layout (one per upstream): tag `old-pristine` = the pinned release; branch `old-series` = the
+series as commits on it (`git am`); tag `pristine` = the new release, committed on top of the old one
+so git sees moves as renames; branch `main` = the series cherry-picked onto the new release (3-way,
+rename-aware). `worktree.export_series` then formats `pristine..main` like any worktree.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import PatchkitError
+from .chain import _OFFSET_RE
+from .conditions import Condition, conditions_of, unreached_reasons
+from .gitcmd import git, init_repo
+from .patchfile import PatchFile
+from .pristine import Pristine
+from .worktree import PRISTINE_TAG
+
+OLD_TAG = "old-pristine"
+OLD_BRANCH = "old-series"
+RENAME_THRESHOLD = "30%"     # a rewritten-and-moved module (e.g. 37% similar) still counts as moved
+
+CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING = (
+    "clean", "offset", "conflict", "already upstream", "resolved", "dropped", "pending")
+_MARKER_RE = re.compile(r"^(<{7}|>{7})( |$)", re.M)
+
+
+@dataclass
+class Outcome:
+    patch: str
+    subject: str
+    result: str
+    detail: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)
+    overlay_moves: dict[str, str] = field(default_factory=dict)
+    conflicted: list[str] = field(default_factory=list)      # files holding conflict markers
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _unpack_release(dest: Path, pristine: Pristine, root: str) -> None:
+    pristine.unpack(dest, root=root)
+    shutil.rmtree(dest / pristine.dist_info(), ignore_errors=True)
+
+
+def build_rebase_repo(dest: Path, patches: list[PatchFile], old: Pristine, new: Pristine, root: str,
+                      old_label: str, new_label: str) -> list[str]:
+    """Create the repo described above, HEAD on `main` at the new release; returns the old series' commits."""
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    init_repo(dest)
+    _unpack_release(dest, old, root)
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {old_label}")
+    git(dest, "tag", OLD_TAG)
+    git(dest, "checkout", "-q", "-b", OLD_BRANCH)
+    for p in patches:
+        proc = git(dest, "am", "-q", "--committer-date-is-author-date", str(p.path.resolve()), check=False)
+        if proc.returncode != 0:
+            git(dest, "am", "--abort", check=False)
+            raise PatchkitError(f"{p.path}: expected it to apply to pristine {old_label}, found git am failing: "
+                                f"{(proc.stderr or proc.stdout).strip().splitlines()[0]}")
+    commits = git(dest, "rev-list", "--reverse", f"{OLD_TAG}..{OLD_BRANCH}").stdout.split()
+    git(dest, "checkout", "-q", "-B", "main", OLD_TAG)
+    shutil.rmtree(dest / root, ignore_errors=True)
+    _unpack_release(dest, new, root)
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {new_label}")
+    git(dest, "tag", PRISTINE_TAG)
+    return commits
+
+
+def release_renames(repo: Path) -> dict[str, str]:
+    """old path -> new path for every file the new release moved (rename detection, low threshold)."""
+    out = git(repo, "diff", f"-M{RENAME_THRESHOLD}", "--name-status", "-z", OLD_TAG, PRISTINE_TAG).stdout
+    fields = out.split("\0")
+    renames, i = {}, 0
+    while i < len(fields) and fields[i]:
+        status = fields[i]
+        if status.startswith(("R", "C")):
+            if status.startswith("R"):
+                renames[fields[i + 1]] = fields[i + 2]
+            i += 3
+        else:
+            i += 2
+    return renames
+
+
+def remap_patch_text(text: str, mapping: dict[str, str]) -> str:
+    """Rewrite a patch's file headers to follow moved files."""
+    if not mapping:
+        return text
+
+    def sub(m):
+        prefix, path = m.group(1), m.group(2)
+        return prefix + mapping.get(path, path)
+
+    text = re.sub(r"^(--- a/|\+\+\+ b/)(\S+)$", sub, text, flags=re.M)
+    return re.sub(r"^diff --git a/(\S+) b/(\S+)$",
+                  lambda m: f"diff --git a/{mapping.get(m.group(1), m.group(1))} b/{mapping.get(m.group(2), m.group(2))}",
+                  text, flags=re.M)
+
+
+def split_hunks(text: str) -> list[tuple[str, str, str]]:
+    """(path, hunk header, single-hunk patch text) for every hunk of a patch's diff."""
+    out = []
+    diff = text[text.index("\ndiff --git ") + 1:] if "\ndiff --git " in text else text
+    diff = re.split(r"^-- ?\n", diff, flags=re.M)[0]          # drop the format-patch signature
+    for block in re.split(r"(?=^diff --git )", diff, flags=re.M):
+        if not block.startswith("diff --git "):
+            continue
+        head, _, body = block.partition("\n@@ ")
+        if not _:
+            continue
+        path = re.match(r"diff --git a/\S+ b/(\S+)", head).group(1)
+        for hunk in re.split(r"(?=^@@ )", "@@ " + body, flags=re.M):
+            if hunk.startswith("@@ "):
+                out.append((path, hunk.splitlines()[0], head + "\n" + hunk))
+    return out
+
+
+def _apply_check(repo: Path, patch_path: Path, reverse: bool = False) -> tuple[bool, str]:
+    args = ["apply", "--check", "--verbose", "--whitespace=nowarn"] + (["-R"] if reverse else []) + [str(patch_path)]
+    proc = git(repo, *args, check=False)
+    return proc.returncode == 0, proc.stderr
+
+
+def failing_hunks(repo: Path, text: str, scratch: Path) -> list[str]:
+    bad = []
+    for n, (path, header, one) in enumerate(split_hunks(text), 1):
+        scratch.write_text(one)
+        ok, _ = _apply_check(repo, scratch)
+        if not ok:
+            bad.append(f"{path} hunk {n} ({header[:60]})")
+    return bad
+
+
+def overlay_moves(patch: PatchFile, renames: dict[str, str]) -> dict[str, str]:
+    """Overlay files follow the move of the patch's own touched files (the deepest matching directory)."""
+    moved = [(posixpath.dirname(a), posixpath.dirname(renames[a])) for a in dict.fromkeys(patch.paths) if a in renames]
+    out = {}
+    for rel in patch.overlay:
+        d = posixpath.dirname(rel)
+        best = None
+        for old_dir, new_dir in moved:
+            if old_dir != new_dir and (d == old_dir or d.startswith(old_dir + "/")):
+                if best is None or len(old_dir) > len(best[0]):
+                    best = (old_dir, new_dir)
+        if best:
+            out[rel] = best[1] + rel[len(best[0]):]
+    return out
+
+
+def rewrite_message(message: str, moves: dict[str, str], renames: dict[str, str]) -> str:
+    """Follow moves in the trailer lines that name wheel paths (Overlay:, Reached-If:, Unreached-If:)."""
+    def fix(line: str) -> str:
+        key, sep, value = line.partition(": ")
+        if key == "Overlay" and value in moves:
+            return f"{key}: {moves[value]}"
+        if key in ("Reached-If", "Unreached-If"):
+            path, tilde, rest = value.partition(" ~ ")
+            if tilde and path in renames:
+                return f"{key}: {renames[path]} ~ {rest}"
+        return line
+    return "\n".join(fix(l) for l in message.split("\n"))
+
+
+def _author_env(repo: Path, commit: str) -> dict:
+    name, email, date = git(repo, "log", "-1", "--format=%an%x00%ae%x00%aI", commit).stdout.rstrip("\n").split("\0")
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+
+
+def conflicted_files(repo: Path) -> list[str]:
+    return [l for l in git(repo, "diff", "--name-only", "--diff-filter=U").stdout.splitlines() if l]
+
+
+def marker_lines(path: Path) -> list[int]:
+    try:
+        text = path.read_text(errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return []
+    return [text.count("\n", 0, m.start()) + 1 for m in _MARKER_RE.finditer(text) if m.group(1).startswith("<")]
+
+
+def has_markers(path: Path) -> bool:
+    try:
+        return bool(_MARKER_RE.search(path.read_text(errors="replace")))
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+
+
+class Replayer:
+    """Cherry-picks the old series' commits, one at a time, onto `main` of a rebase repo."""
+
+    def __init__(self, repo: Path, overlay_root: Path):
+        self.repo = Path(repo)
+        self.overlay_root = Path(overlay_root)     # the staged overlay (moves applied as we go)
+        self.renames = release_renames(self.repo)
+        self.scratch = self.repo / ".git" / "patchkit-hunk.patch"
+
+    def _read(self, rel: str) -> bytes | None:
+        for base in (self.repo, self.overlay_root):
+            if (base / rel).is_file():
+                return (base / rel).read_bytes()
+        return None
+
+    def _mapping(self, patch: PatchFile) -> dict[str, str]:
+        return {p: self.renames[p] for p in patch.paths if p in self.renames}
+
+    def replay(self, commit: str, patch: PatchFile) -> Outcome:
+        out = Outcome(patch.name, patch.subject, CLEAN)
+        mapping = self._mapping(patch)
+        mapped = remap_patch_text(patch.path.read_text(encoding="utf-8"), mapping)
+        current = self.repo / ".git" / "patchkit-current.patch"
+        current.write_text(mapped, encoding="utf-8")
+        out.detail += [f"moved {a} -> {b}" for a, b in mapping.items()]
+        if _apply_check(self.repo, current, reverse=True)[0]:
+            out.result = UPSTREAM
+            out.detail.append("reverse-applies on the new release: propose dropping it")
+            return out
+        ok, log = _apply_check(self.repo, current)
+        if ok:
+            offsets = [f"hunk {m.group(1)} at line {m.group(2)} (offset {m.group(3)})" for m in _OFFSET_RE.finditer(log)]
+            out.detail += offsets
+            out.result = OFFSET if offsets or mapping else CLEAN
+        else:
+            bad = failing_hunks(self.repo, mapped, self.scratch)
+            out.detail.append("does not apply as text; " + ("failing: " + "; ".join(bad) if bad else "file missing"))
+        proc = git(self.repo, "cherry-pick", "--no-commit", "-X", f"find-renames={RENAME_THRESHOLD}", commit, check=False)
+        unmerged = conflicted_files(self.repo)
+        if proc.returncode != 0 or unmerged:
+            out.result = CONFLICT
+            out.conflicted = unmerged or [mapping.get(p, p) for p in dict.fromkeys(patch.paths)]
+            for f in out.conflicted:
+                lines = marker_lines(self.repo / f)
+                out.detail.append(f"{f}: " + (f"conflict markers at line {', '.join(map(str, lines))}" if lines
+                                              else "changed or removed upstream (no markers): re-create the change by hand"))
+            out.unreached = self.reach(patch)
+            return out
+        if ok is False:
+            out.result = OFFSET
+            out.detail.append("merged 3-way")
+        return self.finish(commit, patch, out)
+
+    def abandon(self) -> None:
+        """Drop a conflicted cherry-pick (dry run: carry on with the next patch)."""
+        git(self.repo, "cherry-pick", "--abort", check=False)
+        git(self.repo, "reset", "-q", "--hard", "HEAD")
+        git(self.repo, "clean", "-qfd")
+
+    def finish(self, commit: str, patch: PatchFile, out: Outcome) -> Outcome:
+        """Commit the merged change with the patch's author and (re-targeted) message; check reach."""
+        git(self.repo, "add", "-A")
+        if git(self.repo, "diff", "--cached", "--quiet", "HEAD", check=False).returncode == 0:
+            git(self.repo, "cherry-pick", "--quit", check=False)
+            if out.result == CONFLICT:
+                out.result = DROPPED
+                out.detail.append("empty after resolution: dropped")
+            else:
+                out.result = UPSTREAM
+                out.detail.append("merges to no change on the new release: propose dropping it")
+            return out
+        out.overlay_moves = overlay_moves(patch, self.renames)
+        for old, new in out.overlay_moves.items():
+            src, dst = self.overlay_root / old, self.overlay_root / new
+            if src.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                src.replace(dst)
+                d = src.parent
+                while d != self.overlay_root and d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
+                    d = d.parent
+            out.detail.append(f"overlay re-targeted {old} -> {new}")
+        for rel in patch.overlay:
+            new = out.overlay_moves.get(rel, rel)
+            if (self.repo / new).exists():
+                out.detail.append(f"overlay {new} now exists in the new release: resolve by hand")
+        message = git(self.repo, "log", "-1", "--format=%B", commit).stdout
+        message = rewrite_message(message, out.overlay_moves, self.renames)
+        msg_file = self.repo / ".git" / "patchkit-msg"
+        msg_file.write_text(message, encoding="utf-8")
+        git(self.repo, "commit", "-q", "--cleanup=verbatim", "-F", str(msg_file), env=_author_env(self.repo, commit))
+        git(self.repo, "cherry-pick", "--quit", check=False)
+        out.unreached = self.reach(patch)
+        return out
+
+    def reach(self, patch: PatchFile) -> list[str]:
+        """Unreached reasons of the patch's conditions on the work tree (new release + series so far)."""
+        conds = [c.with_path(self.renames.get(c.path, c.path)) for c in conditions_of(patch.trailers, f"{patch.name}: ")]
+        return unreached_reasons(conds, self._read)
+
+    def head(self) -> str:
+        return git(self.repo, "rev-parse", "HEAD").stdout.strip()
