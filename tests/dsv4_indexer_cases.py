@@ -226,3 +226,31 @@ class KVBytesRead(TorchDispatchMode):
         for owner, name, original in self._patched:
             setattr(owner, name, original)
         return super().__exit__(*exc)
+
+
+# --------------------------------------------------------------------------- trees for the benches
+
+def upstream_trees(pristine: str | None = None, patched: str | None = None) -> tuple[Path, Path]:
+    """(pristine, patched) roots: the given directories, else built like tests/conftest.py does
+    (pinned wheels from the patchkit cache, PATCHKIT_CACHE honoured; series applied by the engine)."""
+    if pristine and patched:
+        return Path(pristine), Path(patched)
+    import shutil
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    from patchkit.engine import Engine
+    from patchkit.fetch import fetch
+    from patchkit.lockfile import load_lock
+    from patchkit.pristine import Pristine
+
+    lock = load_lock(repo / "pin.lock")
+    base = Path(tempfile.mkdtemp(prefix="dsv4-trees-"))
+    pristine_root, patched_root = base / "pristine", base / "patched"
+    pristine_root.mkdir()
+    for name, up in lock.upstreams.items():
+        Pristine(fetch(up, lock.index_url, log=lambda *_: None)).unpack(pristine_root, root=up.root)
+    shutil.copytree(pristine_root, patched_root)
+    Engine.from_repo(repo).apply(patched_root, log=lambda *_: None)
+    return pristine_root, patched_root
