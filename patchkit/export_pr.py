@@ -1,0 +1,206 @@
+"""`apply.py export-pr PATCH --repo DIR`: one patch as a branch on an upstream git checkout, plus a PR body.
+
+The checkout must be clean and at the pinned release (its tag, and the touched files byte-identical to
+the pinned artifact). The commit is built with git plumbing on a private index, so the user's work
+tree and current branch are never touched. Paths move from wheel layout to repo layout through
+pin.lock's `repo_prefix`. A patch written on top of an earlier patch of the series is carried to the
+bare release with a 3-way merge (`git merge-file`); if that conflicts, export the earlier one first.
+"""
+from __future__ import annotations
+
+import email.utils
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import PatchkitError
+from .gitcmd import git as scratch_git
+from .patchfile import PatchFile
+from .prbody import commit_message, pr_body
+from .pristine import sha256_bytes
+
+
+def add_parser(sub) -> None:
+    help_text = "make a branch with one patch (and its overlay files) on an upstream git checkout, and a PR body"
+    p = sub.add_parser("export-pr", help=help_text, description=help_text)
+    p.add_argument("patch", help="patch file name, its NNNN number, or UPSTREAM/NAME")
+    p.add_argument("--repo", required=True, metavar="DIR", help="git checkout of the upstream project at the pinned tag")
+    p.add_argument("--branch", metavar="NAME", help="default: pr/<patch name without number>")
+    p.add_argument("--body", metavar="FILE", help="where to write the PR body (default: build/pr/<branch>.md)")
+    p.set_defaults(func=run)
+
+
+# -- which patch ----------------------------------------------------------------------------------
+def find_patch(engine, spec: str):
+    """(upstream name, series, index) of the one patch `spec` names."""
+    parts = spec.rstrip("/").split("/")
+    key, want_up = parts[-1], (parts[-2] if len(parts) > 1 else "")
+    hits = []
+    for name in engine.lock.upstreams:
+        if want_up and name != want_up:
+            continue
+        series = engine.series(name)
+        for i, p in enumerate(series.patches):
+            stem = p.name[:-len(".patch")]
+            if key in (p.name, stem) or (key.isdigit() and stem.split("-", 1)[0] == key.zfill(4)):
+                hits.append((name, series, i))
+    if not hits:
+        for name in engine.lock.upstreams:
+            if want_up and name != want_up:
+                continue
+            series = engine.series(name)
+            hits += [(name, series, i) for i, p in enumerate(series.patches) if key.lower() in p.name.lower()]
+    if len(hits) != 1:
+        found = ", ".join(f"{n}/{s.patches[i].name}" for n, s, i in hits) or "none"
+        raise PatchkitError(f"export-pr: expected exactly one patch matching '{spec}', found {found}")
+    return hits[0]
+
+
+# -- the change, relative to the bare release -----------------------------------------------------
+def standalone_change(series, index: int, pristine) -> dict[str, bytes | None]:
+    """New bytes (None = deleted) of every file patch `index` touches, applied to the pinned release alone."""
+    patch = series.patches[index]
+    mine = list(dict.fromkeys(patch.paths))
+    with tempfile.TemporaryDirectory(prefix="patchkit-pr-") as tmp:
+        scratch = Path(tmp) / "tree"
+        scratch_git(Path(tmp), "init", "-q", "tree")
+        for rel in mine:
+            if pristine.has(rel):
+                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                (scratch / rel).write_bytes(pristine.read(rel))
+        base = {}
+        for j, p in enumerate(series.patches[: index + 1]):
+            if j == index:
+                base = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
+            if not set(p.paths) & set(mine):
+                continue
+            files = [rel for rel in dict.fromkeys(p.paths) if rel in mine]
+            include = [f"--include={rel}" for rel in files]
+            proc = scratch_git(scratch, "apply", "--whitespace=nowarn", *include, str(p.path.resolve()), check=False)
+            if proc.returncode != 0:
+                raise PatchkitError(f"{p.path}: does not apply to the pinned release: {proc.stderr.strip()[:200]}")
+        theirs = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
+        result = {}
+        for rel in mine:
+            ours = pristine.read(rel) if pristine.has(rel) else None
+            if base[rel] == ours or theirs[rel] is None or base[rel] is None or ours is None:
+                result[rel] = theirs[rel]
+                continue
+            for label, data in (("ours", ours), ("base", base[rel]), ("theirs", theirs[rel])):
+                (Path(tmp) / label).write_bytes(data)
+            merged = subprocess.run(["git", "merge-file", "-p", "ours", "base", "theirs"], cwd=tmp, capture_output=True)
+            if merged.returncode != 0:
+                earlier = [p.name for p in series.patches[:index] if rel in p.paths]
+                raise PatchkitError(f"export-pr: {patch.name} changes {rel} on top of {', '.join(earlier)}; "
+                                    "on the bare release the change conflicts: export that patch first")
+            result[rel] = merged.stdout
+    return result
+
+
+# -- the user's checkout --------------------------------------------------------------------------
+def _ugit(repo: Path, *args: str, env: dict | None = None, stdin: bytes | None = None, check=True) -> str:
+    """git in the user's checkout, with the user's own configuration."""
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, input=stdin,
+                          env={**os.environ, "LC_ALL": "C", **(env or {})})
+    if check and proc.returncode != 0:
+        msg = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise PatchkitError(f"git {args[0]} failed in {repo}: {msg[0] if msg else proc.returncode}")
+    return proc.stdout.decode(errors="replace")
+
+
+def check_checkout(repo: Path, up, pristine, paths: list[str], prefix: str) -> str:
+    """Refuse a checkout that is not git, dirty, or not the pinned release; returns HEAD's commit."""
+    if not repo.is_dir():
+        raise PatchkitError(f"export-pr: {repo}: expected a git checkout of {up.repo or up.package}, found no directory")
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != repo.resolve():
+        raise PatchkitError(f"export-pr: {repo}: expected the top of a git checkout, found "
+                            f"{'a subdirectory of ' + top.stdout.strip() if top.returncode == 0 else 'no git repository'}")
+    dirty = _ugit(repo, "status", "--porcelain", "--untracked-files=no").splitlines()
+    if dirty:
+        raise PatchkitError(f"export-pr: {repo}: expected a clean checkout, found {len(dirty)} changed file(s), "
+                            f"e.g. '{dirty[0][3:]}'; commit or stash them first")
+    head = _ugit(repo, "rev-parse", "HEAD").strip()
+    if up.tag:
+        tagged = subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/tags/{up.tag}^{{commit}}"],
+                                cwd=repo, capture_output=True, text=True).stdout.strip()
+        if tagged and tagged != head:
+            found = _ugit(repo, "describe", "--tags", "--always", "HEAD").strip()
+            raise PatchkitError(f"export-pr: {repo}: expected HEAD at {up.tag} ({up.package} {up.version}), found {found}; "
+                                f"run 'git checkout {up.tag}' first")
+    for rel in paths:
+        expected = pristine.read(rel) if pristine.has(rel) else None
+        where = repo / (prefix + rel)
+        found = where.read_bytes() if where.is_file() else None
+        if found != expected:
+            state = "absent" if found is None else f"sha256 {sha256_bytes(found)[:12]}"
+            want = "absent" if expected is None else f"sha256 {sha256_bytes(expected)[:12]}"
+            raise PatchkitError(f"export-pr: {repo}: expected {prefix + rel} as in {up.package} {up.version} ({want}), "
+                                f"found {state}: the checkout is not the pinned release")
+    return head
+
+
+def _author(patch: PatchFile) -> dict:
+    head = patch.path.read_text(encoding="utf-8").split("\n\n", 1)[0]
+    who = re.search(r"^From: (.+)$", head, re.M)
+    when = re.search(r"^Date: (.+)$", head, re.M)
+    env = {}
+    if who:
+        name, addr = email.utils.parseaddr(who.group(1))
+        env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=addr)
+    if when:
+        env["GIT_AUTHOR_DATE"] = when.group(1)
+    return env
+
+
+def make_commit(repo: Path, head: str, files: dict[str, bytes | None], message: str, author: dict, branch: str) -> str:
+    """Commit `files` (repo paths) on top of head as `branch`, through a private index."""
+    with tempfile.TemporaryDirectory(prefix="patchkit-pr-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _ugit(repo, "read-tree", head, env=env)
+        for path, data in files.items():
+            if data is None:
+                _ugit(repo, "update-index", "--force-remove", "--", path, env=env)
+                continue
+            blob = _ugit(repo, "hash-object", "-w", "--stdin", stdin=data).strip()
+            mode = _ugit(repo, "ls-tree", head, "--", path).split(" ", 1)[0] or "100644"
+            _ugit(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+        tree = _ugit(repo, "write-tree", env=env).strip()
+    ident = {} if _ugit(repo, "config", "user.email", check=False).strip() else {
+        "GIT_COMMITTER_NAME": author.get("GIT_AUTHOR_NAME", "patchkit"),
+        "GIT_COMMITTER_EMAIL": author.get("GIT_AUTHOR_EMAIL", "patchkit@invalid")}
+    commit = _ugit(repo, "commit-tree", tree, "-p", head, env={**author, **ident}, stdin=message.encode()).strip()
+    _ugit(repo, "branch", branch, commit)
+    return commit
+
+
+def run(engine, args) -> int:
+    name, series, index = find_patch(engine, args.patch)
+    up = engine.lock.upstream(name)
+    patch = series.patches[index]
+    prefix = up.repo_prefix or ""
+    repo = Path(args.repo)
+    branch = args.branch or "pr/" + re.sub(r"^\d{4}-", "", patch.name[:-len(".patch")])
+    overlay = patch.overlay
+    pristine = engine.pristine(name)
+    head = check_checkout(repo, up, pristine, list(dict.fromkeys(patch.paths)) + overlay, prefix)
+    if subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/heads/{branch}"], cwd=repo,
+                      capture_output=True).returncode == 0:
+        raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
+    change = standalone_change(series, index, pristine)
+    for rel in overlay:
+        change[rel] = series.overlay_bytes(rel)
+    files = {prefix + rel: data for rel, data in change.items()}
+    commit = make_commit(repo, head, files, commit_message(patch), _author(patch), branch)
+    kinds = [(prefix + rel, "deleted" if data is None else "new file" if not pristine.has(rel) else "modified")
+             for rel, data in change.items()]
+    base = f"{up.package} {up.tag or up.version} ({head[:12]})"
+    body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
+    body_path.parent.mkdir(parents=True, exist_ok=True)
+    body_path.write_text(pr_body(patch, Path(engine.lock.path).resolve().parent, kinds, base), encoding="utf-8")
+    print(f"export-pr: {repo}: branch {branch} = {commit[:12]} on {up.tag or head[:12]} "
+          f"({len(files)} file(s): {', '.join(files)})")
+    print(f"export-pr: PR body written to {body_path}")
+    return 0
