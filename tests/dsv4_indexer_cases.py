@@ -28,6 +28,7 @@ from upstream import load_module  # noqa: E402
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
+MHC_PRE_TRITON = "sglang/srt/layers/mhc_pre_triton.py"
 
 PAGE, HEAD_DIM, N_HEADS = 64, 128, 64
 PAGE_BYTES = PAGE * (HEAD_DIM + 4)
@@ -88,7 +89,8 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
     """The nested `hc_pre_torch_impl` of DeepseekV4DecoderLayer.hc_pre, compiled on its own.
 
     Its decorator (`compile_in_capture_mode`) is a pass-through outside CUDA-graph capture, so it is
-    dropped; the free variable `self` becomes a global holding the one attribute it reads.
+    dropped; the free variable `self` becomes a global holding the one attribute it reads. Module-level
+    flags it reads are evaluated from the file; the fused kernel comes from the tree's overlay file.
     """
     path = Path(root) / MODEL
     tree = ast.parse(path.read_text())
@@ -96,9 +98,20 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
     method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre")
     inner = next(n for n in method.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre_torch_impl")
     inner.decorator_list = []
-    namespace = {"torch": torch, "F": F, "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps)}
-    exec(compile(ast.Module(body=[inner], type_ignores=[]), str(path), "exec"), namespace)
+    used = {x.id for x in ast.walk(inner) if isinstance(x, ast.Name)}
+    flags = [n for name, n in _top_level_defs(tree).items() if name in used and isinstance(n, ast.Assign)]
+    namespace = {"torch": torch, "F": F, "os": __import__("os"),
+                 "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps)}
+    kernel_file = Path(root) / MHC_PRE_TRITON
+    if kernel_file.is_file():
+        namespace["mhc_pre_mixes"] = load_module(kernel_file).mhc_pre_mixes
+    exec(compile(ast.Module(body=flags + [inner], type_ignores=[]), str(path), "exec"), namespace)
     return namespace["hc_pre_torch_impl"]
+
+
+def mhc_pre_kernel(root: Path):
+    """The fused MHC-pre custom op from the tree's overlay file."""
+    return load_module(Path(root) / MHC_PRE_TRITON).mhc_pre_mixes
 
 
 # --------------------------------------------------------------------------- indexer inputs
@@ -165,6 +178,43 @@ class MatmulDtypes(TorchDispatchMode):
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             self.calls.append((name, tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)))
         return func(*args, **(kwargs or {}))
+
+
+class InterpretedDots:
+    """Under TRITON_INTERPRET=1: record the operand dtypes of every tl.dot, and compute bf16 dots right.
+
+    Triton 3.6's interpreter keeps bf16 as raw uint16 bits and feeds them to np.matmul as integers.
+    Widening the bits to fp32 first gives what the tensor cores do: exact bf16 products, fp32 sums.
+    """
+
+    def __init__(self):
+        self.dtypes: list[tuple[str, str]] = []
+
+    def __enter__(self):
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime import interpreter
+
+        self._orig = interpreter.InterpreterBuilder.create_dot
+        orig, probe = self._orig, self
+
+        def widen(handle):
+            if handle.dtype.scalar == tl.bfloat16:
+                bits = handle.data.astype(np.uint32) << np.uint32(16)
+                return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+            return handle
+
+        def dot(builder, a, b, d, *rest):
+            probe.dtypes.append((str(a.dtype.scalar), str(b.dtype.scalar)))
+            return orig(builder, widen(a), widen(b), d, *rest)
+
+        interpreter.InterpreterBuilder.create_dot = dot
+        return self
+
+    def __exit__(self, *exc):
+        from triton.runtime import interpreter
+
+        interpreter.InterpreterBuilder.create_dot = self._orig
 
 
 class KVBytesRead(TorchDispatchMode):

@@ -2,7 +2,8 @@
 
 Runs the real nested `hc_pre_torch_impl` of DeepseekV4DecoderLayer.hc_pre, compiled out of the
 pristine and the patched deepseek_v4.py, at DSv4-Flash shapes (x [T, 4, 4096] bf16,
-hc_fn [24, 16384] fp32).
+hc_fn [24, 16384] fp32). On a CPU it takes its torch route; the fused Triton kernel it calls on
+CUDA (overlay mhc_pre_triton.py) is run by Triton's interpreter, its tl.dot operand dtypes recorded.
 
 Bound: x is bf16 already, so the GEMM in bf16 rounds only hc_fn (2^-9 relative) and its output
 (2^-9 relative); fp32 accumulation stays. Per mix, against float64:
@@ -12,10 +13,14 @@ would move rsqrt, hence every mix, by up to 2^-9 relative on its own).
 """
 from __future__ import annotations
 
-import pytest
-import torch
+import os
 
-import dsv4_indexer_cases as C
+os.environ["TRITON_INTERPRET"] = "1"   # before anything imports triton: run kernels on the CPU
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import dsv4_indexer_cases as C  # noqa: E402
 
 BOUND_REL = 2.0 ** -8
 
@@ -30,6 +35,16 @@ def _case(tokens=16):
     return x.to(torch.bfloat16), hc_fn
 
 
+def _assert_within_bound(x, hc_fn, mixes):
+    assert mixes.shape == (x.shape[0], 1, C.MIX_HC) and mixes.dtype == torch.float32
+    x64, w64 = x.flatten(1).double(), hc_fn.double()
+    rsqrt = torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
+    ref = (x64 @ w64.t()) * rsqrt
+    bound = BOUND_REL * rsqrt * (x64.abs() @ w64.abs().t())
+    worst = ((mixes[:, 0].double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"error reaches {worst:.3f} of the 2^-8 bound"
+
+
 def check_bf16_mhc_pre(root):
     x, hc_fn = _case()
     fn = C.hc_pre_torch_impl(root)
@@ -39,17 +54,20 @@ def check_bf16_mhc_pre(root):
     assert probe.calls, "expected a matmul, found none"
     dtypes = {d for _, operands, _ in probe.calls for d in operands}
     assert dtypes == {torch.bfloat16}, f"expected bf16 matmul operands, found {probe.calls}"
-
-    assert mixes.shape == (x.shape[0], 1, C.MIX_HC) and mixes.dtype == torch.float32
     # x_flat feeds `pre * x_flat` in the caller: it must carry x's values exactly.
     assert torch.equal(x_flat.double(), x.flatten(1).double())
+    _assert_within_bound(x, hc_fn, mixes)
 
-    x64, w64 = x.flatten(1).double(), hc_fn.double()
-    rsqrt = torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
-    ref = (x64 @ w64.t()) * rsqrt
-    bound = BOUND_REL * rsqrt * (x64.abs() @ w64.abs().t())
-    worst = ((mixes[:, 0].double() - ref).abs() / bound).max().item()
-    assert worst <= 1.0, f"error reaches {worst:.3f} of the 2^-8 bound"
+
+def check_fused_mhc_pre(root):
+    """The CUDA route: the fused kernel the patched function calls for bf16 x on a GPU."""
+    assert (root / C.MHC_PRE_TRITON).is_file(), "expected the fused MHC-pre kernel in the tree"
+    for tokens in (1, 5, 64):
+        x, hc_fn = _case(tokens)
+        with C.InterpretedDots() as dots:
+            mixes = C.mhc_pre_kernel(root)(x.flatten(1), hc_fn, C.RMS_EPS)
+        assert dots.dtypes and set(dots.dtypes) == {("bf16", "bf16")}, f"tl.dot operands: {set(dots.dtypes)}"
+        _assert_within_bound(x, hc_fn, mixes)
 
 
 def test_pristine_mhc_pre_matmul_is_fp32(pristine_root):
@@ -59,3 +77,12 @@ def test_pristine_mhc_pre_matmul_is_fp32(pristine_root):
 
 def test_patched_mhc_pre_matmul_is_bf16_within_bound(patched_root):
     check_bf16_mhc_pre(patched_root)
+
+
+def test_pristine_has_no_fused_mhc_pre(pristine_root):
+    with pytest.raises(AssertionError, match="expected the fused MHC-pre kernel"):
+        check_fused_mhc_pre(pristine_root)
+
+
+def test_patched_fused_mhc_pre_is_bf16_within_bound(patched_root):
+    check_fused_mhc_pre(patched_root)

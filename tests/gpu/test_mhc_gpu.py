@@ -1,0 +1,48 @@
+"""P3 on a GPU: the patched MHC-pre (fused bf16 kernel route) within the bf16 bound, eagerly, under
+torch.compile (as `compile_in_capture_mode` wraps it during capture) and replayed in a CUDA graph."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import dsv4_indexer_cases as C  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _bound_ratio(x, hc_fn, mixes):
+    x64, w64 = x.flatten(1).double(), hc_fn.double()
+    rsqrt = torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
+    ref = (x64 @ w64.t()) * rsqrt
+    bound = 2.0 ** -8 * rsqrt * (x64.abs() @ w64.abs().t())
+    return ((mixes[:, 0].double() - ref).abs() / bound).max().item()
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 64, 128])
+def test_fused_mhc_pre_eager_compiled_and_graph(patched_root, tokens, monkeypatch):
+    monkeypatch.delenv("SGLANG_SM120_MHC_PRE_TRITON", raising=False)
+    impl = C.hc_pre_torch_impl(patched_root)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda") * 4
+    x = x.to(torch.bfloat16)
+    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
+
+    x_flat, mixes = impl(x, hc_fn)
+    assert x_flat.dtype == torch.bfloat16 and torch.equal(x_flat, x.flatten(1))
+    assert _bound_ratio(x, hc_fn, mixes) <= 1.0
+
+    compiled = torch.compile(impl, fullgraph=True)
+    _, mixes_c = compiled(x, hc_fn)
+    assert torch.equal(mixes_c, mixes), "the custom op must run unchanged under torch.compile"
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, mixes_g = compiled(x, hc_fn)
+    x.copy_(x.flip(0))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _bound_ratio(x, hc_fn, mixes_g) <= 1.0
