@@ -1,0 +1,109 @@
+"""Test double for the sglang server process, driven by tests/test_serve_smoke.py.
+
+    python tests/serve_fake_server.py MODE --port P [--pid-file F]
+
+Modes:
+  exit-early    print a load error and exit 3 (a server that dies while loading)
+  never-healthy listen, answer /health with 503 forever, ignore SIGTERM, and fork a child
+                that sleeps (so the driver must SIGKILL the whole process group)
+  good          answer the endpoints the smoke test uses with the shapes sglang returns
+  no-tokens     healthy and well-formed, but report zero generated tokens
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODEL = "fake-model"
+
+
+def _handler(mode: str):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *args):
+            sys.stdout.write("fake: " + fmt % args + "\n")
+            sys.stdout.flush()
+
+        def _json(self, obj, code=200):
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _events(self, events):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                self.wfile.flush()
+                time.sleep(0.002)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+        def do_GET(self):
+            if self.path == "/health":
+                self.send_response(503 if mode == "never-healthy" else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path == "/v1/models":
+                self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+            else:
+                self._json({"error": "not found"}, 404)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/v1/chat/completions":
+                n = 0 if mode == "no-tokens" else body["max_tokens"]
+                if body.get("stream"):
+                    chunks = [{"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x"}}]}
+                              for _ in range(n)]
+                    chunks.append({"object": "chat.completion.chunk", "choices": [],
+                                   "usage": {"prompt_tokens": 5, "completion_tokens": n}})
+                    self._events(chunks)
+                else:
+                    self._json({"object": "chat.completion",
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * n}}],
+                                "usage": {"prompt_tokens": 5, "completion_tokens": n}})
+            elif self.path == "/generate":
+                n = 0 if mode == "no-tokens" else body["sampling_params"]["max_new_tokens"]
+                if body.get("stream"):
+                    self._events([{"text": "x" * (i + 1), "meta_info": {"completion_tokens": i + 1}} for i in range(n)])
+                else:
+                    self._json({"text": "x" * n, "meta_info": {"completion_tokens": n}})
+            else:
+                self._json({"error": "not found"}, 404)
+
+    return Handler
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["exit-early", "never-healthy", "good", "no-tokens"])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--pid-file")
+    args = parser.parse_args()
+    if args.mode == "exit-early":
+        print("fake: RuntimeError: cannot load model weights", flush=True)
+        return 3
+    pids = [os.getpid()]
+    if args.mode == "never-healthy":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        pids.append(subprocess.Popen(["sleep", "600"]).pid)
+    if args.pid_file:
+        with open(args.pid_file + ".tmp", "w") as fh:
+            fh.write(" ".join(map(str, pids)))
+        os.replace(args.pid_file + ".tmp", args.pid_file)
+    ThreadingHTTPServer(("127.0.0.1", args.port), _handler(args.mode)).serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
