@@ -1,0 +1,522 @@
+"""Sparse MLA decode for DeepSeek-V4 on sm_120, with heads as the MMA M dimension.
+
+Drop-in for `flash_mla_sparse_decode_triton` (flash_mla_sm120_triton.py): same arguments,
+same `(out [B,1,H,512] bf16, lse [B,H,1] f32)` result. The upstream kernel runs one program
+per (row, head), so each KV token is gathered and dequantised once per head and scored with
+CUDA-core FMAs; the two caches then take two launches plus ~20 torch ops to merge and sink.
+
+Here one program owns (head group, split, row):
+  * each KV tile is gathered and dequantised once and shared by the BLOCK_H heads of the
+    program through `tl.dot` (scores = q[BLOCK_H,512] . k^T, out += p . k: MLA has K = V);
+  * the main (sliding-window) and extra (compressed) caches are one concatenated token list,
+    bounded per row by `topk_length` / `extra_topk_length`;
+  * rows are split along that list when rows x head groups would leave SMs idle, and a
+    second kernel merges the splits by log-sum-exp; the attention sink and the bf16 cast
+    are fused into whichever kernel finishes the row.
+Configs come from a fixed table (no autotuning), so a first call inside a CUDA-graph
+capture works. The public function goes through a torch custom op so that
+`torch.compile(fullgraph=True)` sees one opaque node.
+
+KV layout (DeepSeekV4SingleKVPool, 584 bytes per token, page of P tokens, page stride
+ceil(P*584/576)*576 bytes): token t's 448 fp8-e4m3 "nope" values at t*576, its 64 bf16
+rope values at t*576+448, its 7 UE8M0 scale bytes (2^(e-127) per 64 values) at
+P*576 + t*8. Index = page*P + offset; -1 is invalid.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+_NOPE_DIM = 448
+_ROPE_DIM = 64
+_D = 512
+_TOKEN_STRIDE = 576  # data bytes per token (nope fp8 + rope bf16)
+_SCALE_STRIDE = 8  # scale bytes per token in the page footer (7 used)
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _kv_chunk(
+    data,  # [T] uint8 pointers: each token's data (page base + offset*576)
+    scale,  # [T] uint8 pointers: each token's scale bytes in the page footer
+    valid,  # [T] bool
+    G: tl.constexpr,  # 64-wide column group: 0..6 fp8 nope, 7 bf16 rope
+    MMA_DTYPE: tl.constexpr,
+):
+    """Columns [64G, 64G+64) of BLOCK_T tokens, dequantised: [T, 64]."""
+    dim = tl.arange(0, 64)
+    if G < 7:
+        raw = tl.load(data[:, None] + (G * 64 + dim[None, :]), mask=valid[:, None], other=0)
+        # UE8M0 byte e -> 2^(e-127), built exactly in the float32 exponent field; a power of
+        # two, so the bf16 product is exact (as the upstream torch dequant).
+        e = tl.load(scale + G, mask=valid, other=127)
+        sc = (e.to(tl.int32) << 23).to(tl.float32, bitcast=True).to(MMA_DTYPE)
+        k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None]
+    else:
+        rope = (data + 448).to(tl.pointer_type(tl.bfloat16))
+        k = tl.load(rope[:, None] + dim[None, :], mask=valid[:, None], other=0.0)
+    return k.to(MMA_DTYPE)
+
+
+@triton.jit
+def _q_chunk(q_ptrs, q_mask, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+    # Re-read from L1 every tile on purpose: a [BLOCK_H, 512] MMA operand held in registers
+    # across the loop costs 128 registers per warp and spills.
+    return tl.load(q_ptrs + G * 64, mask=q_mask, other=0.0).to(MMA_DTYPE)
+
+
+@triton.jit
+def _store_chunk(ptrs, acc, factor, mask, G: tl.constexpr):
+    o = acc * factor[:, None]
+    tl.store(ptrs + G * 64, o.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _token_pointers(
+    pos,  # [T] positions in the concatenated list
+    row,
+    n_main,
+    in_range,  # [T] bool
+    main_u8,
+    main_idx,
+    main_idx_stride,
+    main_page,
+    main_page_bytes,
+    extra_u8,
+    extra_idx,
+    extra_idx_stride,
+    extra_page,
+    extra_page_bytes,
+    HAS_EXTRA: tl.constexpr,
+):
+    """Resolve list positions to (data pointer, scale pointer, valid) per token."""
+    in_main = pos < n_main
+    idx = tl.load(main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1)
+    idx = idx.to(tl.int64)
+    page = idx // main_page
+    off = idx % main_page
+    data = main_u8 + tl.multiple_of(page * main_page_bytes + off * 576, 64)
+    scale = main_u8 + (page * main_page_bytes + main_page * 576 + off * 8)
+    if HAS_EXTRA:
+        in_extra = in_range & (pos >= n_main)
+        e_idx = tl.load(
+            extra_idx + row * extra_idx_stride + (pos - n_main), mask=in_extra, other=-1
+        ).to(tl.int64)
+        e_page = e_idx // extra_page
+        e_off = e_idx % extra_page
+        e_data = extra_u8 + tl.multiple_of(e_page * extra_page_bytes + e_off * 576, 64)
+        e_scale = extra_u8 + (e_page * extra_page_bytes + extra_page * 576 + e_off * 8)
+        data = tl.where(in_main, data, e_data)
+        scale = tl.where(in_main, scale, e_scale)
+        idx = tl.where(in_main, idx, e_idx)
+    valid = in_range & (idx >= 0)
+    # Invalid tokens are never loaded (masked), but keep their pointers in bounds anyway.
+    data = tl.where(valid, data, main_u8)
+    scale = tl.where(valid, scale, main_u8)
+    return data, scale, valid
+
+
+@triton.jit
+def _sink_weight(lse2, sink2):
+    """Sink in the softmax denominator (log2 domain): output scale 2^lse2 / (2^lse2 + 2^sink2)
+    and the combined LSE. sink2 = +inf gives weight 0, -inf weight 1; rows without tokens
+    (lse2 = -inf) are zeroed by the caller."""
+    w = 1.0 / (1.0 + tl.math.exp2(sink2 - lse2))
+    hi = tl.maximum(lse2, sink2)
+    inf_hi = (hi == float("inf")) | (hi == float("-inf"))
+    hi_safe = tl.where(inf_hi, 0.0, hi)
+    lse_out = tl.where(
+        inf_hi, hi, hi_safe + tl.math.log2(tl.math.exp2(lse2 - hi_safe) + tl.math.exp2(sink2 - hi_safe))
+    )
+    return w, lse_out
+
+
+@triton.jit
+def _mma_sparse_decode_kernel(
+    q_ptr,
+    stride_qb,
+    stride_qh,
+    main_u8,
+    main_idx,
+    main_idx_stride,
+    main_len,
+    main_topk,
+    main_page,
+    main_page_bytes,
+    extra_u8,
+    extra_idx,
+    extra_idx_stride,
+    extra_len,
+    extra_topk,
+    extra_page,
+    extra_page_bytes,
+    sink_ptr,
+    out_ptr,  # [B, H, 512] bf16 (final; used when not SPLIT)
+    lse_ptr,  # [B, H] f32 natural log, sink included (final; used when not SPLIT)
+    part_out_ptr,  # [B, S, H, 512] f32 normalised partial outputs (SPLIT)
+    part_lse_ptr,  # [B, S, H] f32 log2-domain partial LSE (SPLIT)
+    H,
+    num_splits,
+    qk_scale_log2,  # softmax_scale * log2(e)
+    HAS_MAIN_LEN: tl.constexpr,
+    HAS_EXTRA: tl.constexpr,
+    HAS_EXTRA_LEN: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    MMA_DTYPE: tl.constexpr,  # bf16; fp32 (of bf16-rounded values) under the CPU interpreter
+):
+    hg = tl.program_id(0)  # fastest: programs sharing a KV tile run together (L2 reuse)
+    split = tl.program_id(1)
+    row = tl.program_id(2).to(tl.int64)
+
+    heads = hg * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    dim = tl.arange(0, 64)
+    q_ptrs = q_ptr + row * stride_qb + heads[:, None] * stride_qh + dim[None, :]
+    q_mask = head_ok[:, None]
+
+    # Work list = first n_main main-cache entries, then first n_extra extra-cache entries.
+    n_main = main_topk
+    if HAS_MAIN_LEN:
+        n_main = tl.minimum(tl.load(main_len + row), main_topk)
+    n_main = tl.maximum(n_main, 0)
+    n_extra = 0
+    if HAS_EXTRA:
+        n_extra = extra_topk
+        if HAS_EXTRA_LEN:
+            n_extra = tl.minimum(tl.load(extra_len + row), extra_topk)
+        n_extra = tl.maximum(n_extra, 0)
+    total = n_main + n_extra
+    chunk = tl.cdiv(tl.cdiv(total, num_splits), BLOCK_T) * BLOCK_T
+    start = split * chunk
+    end = tl.minimum(start + chunk, total)
+
+    m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    # The 512 output columns as 8 accumulators of 64: one per dequant group (7 nope + rope).
+    acc0 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc1 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc2 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc3 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc4 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc5 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc6 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc7 = tl.zeros([BLOCK_H, 64], tl.float32)
+    offs_t = tl.arange(0, BLOCK_T)
+    for t0 in range(start, end, BLOCK_T):
+        pos = t0 + offs_t
+        data, scale, valid = _token_pointers(
+            pos, row, n_main, pos < end,
+            main_u8, main_idx, main_idx_stride, main_page, main_page_bytes,
+            extra_u8, extra_idx, extra_idx_stride, extra_page, extra_page_bytes,
+            HAS_EXTRA,
+        )
+        # Each KV chunk is gathered and dequantised once, then shared by all BLOCK_H heads.
+        k0 = _kv_chunk(data, scale, valid, 0, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
+        k1 = _kv_chunk(data, scale, valid, 1, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1), s)
+        k2 = _kv_chunk(data, scale, valid, 2, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
+        k3 = _kv_chunk(data, scale, valid, 3, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s)
+        k4 = _kv_chunk(data, scale, valid, 4, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
+        k5 = _kv_chunk(data, scale, valid, 5, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
+        k6 = _kv_chunk(data, scale, valid, 6, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
+        k7 = _kv_chunk(data, scale, valid, 7, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
+
+        s = tl.where(valid[None, :], s * qk_scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+        p = p.to(tl.bfloat16).to(MMA_DTYPE)
+        a = alpha[:, None]
+        acc0 = tl.dot(p, k0, acc0 * a)
+        acc1 = tl.dot(p, k1, acc1 * a)
+        acc2 = tl.dot(p, k2, acc2 * a)
+        acc3 = tl.dot(p, k3, acc3 * a)
+        acc4 = tl.dot(p, k4, acc4 * a)
+        acc5 = tl.dot(p, k5, acc5 * a)
+        acc6 = tl.dot(p, k6, acc6 * a)
+        acc7 = tl.dot(p, k7, acc7 * a)
+
+    has_tok = l_i > 0.0
+    inv_l = 1.0 / tl.where(has_tok, l_i, 1.0)
+    lse2 = tl.where(has_tok, m_i + tl.math.log2(tl.where(has_tok, l_i, 1.0)), float("-inf"))
+    if SPLIT:
+        # Normalised partial output + log2 LSE; the combine kernel merges and adds the sink.
+        base = (row * num_splits + split) * H + heads
+        tl.store(part_lse_ptr + base, lse2, mask=head_ok)
+        o_ptrs = part_out_ptr + base[:, None] * 512 + dim[None, :]
+        factor = inv_l
+    else:
+        factor = tl.where(has_tok, inv_l, 0.0)
+        lse_out = lse2
+        if HAS_SINK:
+            sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
+            w, lse_out = _sink_weight(lse2, sink2)
+            factor = tl.where(has_tok, factor * w, 0.0)
+        tl.store(lse_ptr + row * H + heads, lse_out * 0.6931471805599453, mask=head_ok)
+        o_ptrs = out_ptr + (row * H + heads)[:, None] * 512 + dim[None, :]
+    o_mask = head_ok[:, None]
+    _store_chunk(o_ptrs, acc0, factor, o_mask, 0)
+    _store_chunk(o_ptrs, acc1, factor, o_mask, 1)
+    _store_chunk(o_ptrs, acc2, factor, o_mask, 2)
+    _store_chunk(o_ptrs, acc3, factor, o_mask, 3)
+    _store_chunk(o_ptrs, acc4, factor, o_mask, 4)
+    _store_chunk(o_ptrs, acc5, factor, o_mask, 5)
+    _store_chunk(o_ptrs, acc6, factor, o_mask, 6)
+    _store_chunk(o_ptrs, acc7, factor, o_mask, 7)
+
+
+@triton.jit
+def _combine_splits_kernel(
+    part_out_ptr,
+    part_lse_ptr,
+    sink_ptr,
+    out_ptr,
+    lse_ptr,
+    H,
+    num_splits,
+    HAS_SINK: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """Merge the splits of one (row, head block) by LSE, add the sink, write bf16."""
+    row = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    cols = tl.arange(0, 512)
+    hi = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    for s in range(num_splits):
+        lse_s = tl.load(part_lse_ptr + (row * num_splits + s) * H + heads, mask=head_ok, other=float("-inf"))
+        hi = tl.maximum(hi, lse_s)
+    hi_safe = tl.where(hi == float("-inf"), 0.0, hi)
+    tok_w = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, 512], tl.float32)
+    for s in range(num_splits):
+        base = (row * num_splits + s) * H + heads
+        w = tl.math.exp2(tl.load(part_lse_ptr + base, mask=head_ok, other=float("-inf")) - hi_safe)
+        o_s = tl.load(
+            part_out_ptr + base[:, None] * 512 + cols[None, :],
+            mask=head_ok[:, None] & (w > 0.0)[:, None],
+            other=0.0,
+        )
+        acc += w[:, None] * o_s
+        tok_w += w
+    has_tok = tok_w > 0.0
+    safe_w = tl.where(has_tok, tok_w, 1.0)
+    o = acc / safe_w[:, None]
+    lse2 = tl.where(has_tok, hi_safe + tl.math.log2(safe_w), float("-inf"))
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
+        w, lse2 = _sink_weight(lse2, sink2)
+        o = o * w[:, None]
+    o = tl.where(has_tok[:, None], o, 0.0)
+    tl.store(out_ptr + (row * H + heads)[:, None] * 512 + cols[None, :], o.to(tl.bfloat16), mask=head_ok[:, None])
+    tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
+
+
+# ----------------------------------------------------------------------------- configs
+# (BLOCK_H, BLOCK_T, num_warps, num_stages). Every entry is compiled for sm_120 and sm_90 by
+# tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no register spills).
+MMA_CONFIGS = {
+    "h16_t32_w8": (16, 32, 8, 1),
+}
+COMBINE_CONFIG = (16, 4)  # (BLOCK_H, num_warps)
+# Smallest number of list entries worth a split of its own.
+_MIN_TOKENS_PER_SPLIT = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def pick_config(num_heads: int, batch: int) -> str:
+    """Static config choice by shape (tuned on H200; see docs/mma_decode_notes.md)."""
+    return "h16_t32_w8"
+
+
+def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int) -> int:
+    """Split the token list only while rows x head groups leave the SMs short of work."""
+    programs = batch * head_groups
+    want = -(-2 * sms // programs)
+    most = max(1, list_width // _MIN_TOKENS_PER_SPLIT)
+    return max(1, min(want, most))
+
+
+def _interpreted() -> bool:
+    # Triton 3.6's CPU interpreter does bf16 arithmetic (dot, mul) on the raw uint16 bits.
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_mma_sparse_decode_kernel, InterpretedFunction)
+
+
+def _flat_u8(cache: torch.Tensor) -> torch.Tensor:
+    """The whole paged buffer behind a [pages, P, 1, 584] view, as flat bytes."""
+    page_bytes = cache.stride(0)
+    flat = cache.as_strided((cache.shape[0] * page_bytes,), (1,))
+    return flat.view(torch.uint8)
+
+
+def _int32_rows(indices: torch.Tensor, batch: int) -> torch.Tensor:
+    flat = indices.reshape(batch, -1)
+    if flat.dtype != torch.int32:
+        flat = flat.to(torch.int32)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    return flat
+
+
+def mma_sparse_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    softmax_scale: float,
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+    config=None,
+    num_splits: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Launch the kernels; returns (out [B,1,H,512] bf16, lse [B,H,1] f32).
+
+    `config` (a MMA_CONFIGS name or a (BLOCK_H, BLOCK_T, warps, stages) tuple) and
+    `num_splits` override the shape table (benchmarks and tests use them).
+    """
+    B, s_q, H, D = q.shape
+    assert s_q == 1 and D == _D, f"expected q [B, 1, H, 512], got {tuple(q.shape)}"
+    assert k_cache.element_size() == 1 and k_cache.shape[-1] == 584
+    has_extra = extra_k_cache is not None and extra_indices is not None
+    q3 = q.reshape(B, H, D)
+    if q3.stride(-1) != 1:
+        q3 = q3.contiguous()
+
+    main_idx = _int32_rows(indices, B)
+    main_u8 = _flat_u8(k_cache)
+    if has_extra:
+        assert extra_k_cache.element_size() == 1 and extra_k_cache.shape[-1] == 584
+        extra_idx = _int32_rows(extra_indices, B)
+        extra_u8 = _flat_u8(extra_k_cache)
+        extra_page, extra_page_bytes = extra_k_cache.shape[1], extra_k_cache.stride(0)
+    else:
+        extra_idx, extra_u8 = main_idx, main_u8
+        extra_page, extra_page_bytes = 1, 0
+    width = main_idx.shape[1] + (extra_idx.shape[1] if has_extra else 0)
+
+    if config is None:
+        config = pick_config(H, B)
+    block_h, block_t, warps, stages = MMA_CONFIGS[config] if isinstance(config, str) else config
+    head_groups = triton.cdiv(H, block_h)
+    if num_splits is None:
+        sms = _num_sms(q.device.index) if q.is_cuda else 8
+        num_splits = pick_num_splits(B, head_groups, width, sms)
+    split = num_splits > 1
+
+    out = torch.empty(B, H, D, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(B, H, dtype=torch.float32, device=q.device)
+    if split:
+        part_out = torch.empty(B, num_splits, H, D, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(B, num_splits, H, dtype=torch.float32, device=q.device)
+    else:
+        part_out, part_lse = out, lse  # unused
+    dummy_len = main_idx
+    sink = attn_sink if attn_sink is not None else lse
+    if attn_sink is not None and attn_sink.dtype != torch.float32:
+        sink = attn_sink.float()
+
+    _mma_sparse_decode_kernel[(head_groups, num_splits, B)](
+        q3, q3.stride(0), q3.stride(1),
+        main_u8, main_idx, main_idx.stride(0),
+        topk_length if topk_length is not None else dummy_len,
+        main_idx.shape[1], k_cache.shape[1], k_cache.stride(0),
+        extra_u8, extra_idx, extra_idx.stride(0),
+        extra_topk_length if (has_extra and extra_topk_length is not None) else dummy_len,
+        extra_idx.shape[1] if has_extra else 0, extra_page, extra_page_bytes,
+        sink, out, lse, part_out, part_lse,
+        H, num_splits, softmax_scale * _LOG2E,
+        HAS_MAIN_LEN=topk_length is not None,
+        HAS_EXTRA=has_extra,
+        HAS_EXTRA_LEN=has_extra and extra_topk_length is not None,
+        HAS_SINK=attn_sink is not None,
+        SPLIT=split,
+        BLOCK_H=block_h,
+        BLOCK_T=block_t,
+        MMA_DTYPE=tl.float32 if _interpreted() else tl.bfloat16,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    if split:
+        cbh, cwarps = COMBINE_CONFIG
+        _combine_splits_kernel[(B, triton.cdiv(H, cbh))](
+            part_out, part_lse, sink, out, lse, H, num_splits,
+            HAS_SINK=attn_sink is not None, BLOCK_H=cbh, num_warps=cwarps,
+        )
+    return out.unsqueeze(1), lse.unsqueeze(-1)
+
+
+# ----------------------------------------------------------------------------- custom op
+@torch.library.custom_op("sglang_sm120::mma_sparse_decode", mutates_args=())
+def _mma_sparse_decode_op(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    softmax_scale: float,
+    extra_k_cache: Optional[torch.Tensor],
+    extra_indices: Optional[torch.Tensor],
+    extra_topk_length: Optional[torch.Tensor],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    return mma_sparse_decode(
+        q, k_cache, indices, topk_length, attn_sink, softmax_scale,
+        extra_k_cache, extra_indices, extra_topk_length,
+    )
+
+
+@_mma_sparse_decode_op.register_fake
+def _(q, k_cache, indices, topk_length, attn_sink, softmax_scale, extra_k_cache, extra_indices, extra_topk_length):
+    B, _, H, D = q.shape
+    return q.new_empty(B, 1, H, D), q.new_empty(B, H, 1, dtype=torch.float32)
+
+
+def flash_mla_sparse_decode_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    head_dim_v: int,
+    softmax_scale: Optional[float],
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Same contract as `flash_mla_sparse_decode_triton`: (out [B,1,H,512] bf16, lse [B,H,1]).
+
+    lse is the natural-log LSE over the valid tokens of both caches and the sink.
+    """
+    assert head_dim_v == _D, f"head_dim_v must be {_D}"
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** (-0.5)
+    if extra_k_cache is None or extra_indices is None:
+        extra_k_cache = extra_indices = extra_topk_length = None
+    return _mma_sparse_decode_op(
+        q, k_cache, indices, topk_length, attn_sink, float(softmax_scale),
+        extra_k_cache, extra_indices, extra_topk_length,
+    )

@@ -1,0 +1,186 @@
+"""Random DeepSeek-V4 sparse-decode inputs in the real FP8 page layout, and a float64 reference.
+
+Shared by tests/test_mma_decode.py, tests/gpu/test_mma_decode_gpu.py and bench/bench_mma_decode.py.
+Layout (DeepSeekV4SingleKVPool): a page of P tokens is ceil(P*584/576)*576 bytes; token t's
+448 fp8-e4m3 values at t*576, its 64 bf16 rope values at t*576+448, its 7 UE8M0 scale bytes
+at P*576 + t*8. The decode backend hands kernels a [pages, P, 1, 584] view of the 2-D pool.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+NOPE, ROPE, D = 448, 64, 512
+TOKEN_STRIDE, SCALE_STRIDE = 576, 8
+
+
+def page_bytes(page_size: int) -> int:
+    return math.ceil(page_size * 584 / 576) * 576
+
+
+def make_kv_pool(num_pages: int, page_size: int, gen: torch.Generator, device="cpu") -> torch.Tensor:
+    """A 2-D uint8 pool [num_pages, page_bytes] with random fp8 values, scales and bf16 rope."""
+    n = num_pages * page_size
+    nope = (torch.randn(n, NOPE, generator=gen) * 100).clamp(-440, 440).to(torch.float8_e4m3fn)
+    rope = torch.randn(n, ROPE, generator=gen).to(torch.bfloat16)
+    # UE8M0 exponents around 2^-9 (typical for |kv| ~ 1 after dividing by the fp8 range).
+    scales = torch.randint(116, 122, (n, 7), generator=gen, dtype=torch.uint8)
+    data = torch.cat([nope.view(torch.uint8), rope.view(torch.uint8)], dim=1)  # [n, 576]
+    pool = torch.zeros(num_pages, page_bytes(page_size), dtype=torch.uint8)
+    body = pool[:, : page_size * TOKEN_STRIDE].view(num_pages, page_size, TOKEN_STRIDE)
+    body.copy_(data.view(num_pages, page_size, TOKEN_STRIDE))
+    foot = pool[:, page_size * TOKEN_STRIDE : page_size * (TOKEN_STRIDE + SCALE_STRIDE)]
+    foot = foot.reshape(num_pages, page_size, SCALE_STRIDE)
+    foot[..., :7] = scales.view(num_pages, page_size, 7)
+    return pool.to(device)
+
+
+def kernel_view(pool: torch.Tensor, page_size: int) -> torch.Tensor:
+    """The view the DSv4 backend passes: pool[:, :P*584].view(pages, P, 1, 584) as fp8."""
+    return pool.view(torch.float8_e4m3fn)[:, : page_size * 584].view(pool.shape[0], page_size, 1, 584)
+
+
+def dequant_pool(pool: torch.Tensor, page_size: int) -> torch.Tensor:
+    """Every token of the pool as float64 [num_pages*P, 512] (independent of the kernels)."""
+    pool = pool.cpu()
+    pages = pool.shape[0]
+    body = pool[:, : page_size * TOKEN_STRIDE].reshape(pages * page_size, TOKEN_STRIDE)
+    nope = body[:, :NOPE].contiguous().view(torch.float8_e4m3fn).double()
+    rope = body[:, NOPE:].contiguous().view(torch.bfloat16).double()
+    foot = pool[:, page_size * TOKEN_STRIDE : page_size * (TOKEN_STRIDE + SCALE_STRIDE)]
+    exps = foot.reshape(pages * page_size, SCALE_STRIDE)[:, :7].double()
+    scale = torch.pow(2.0, exps - 127.0)
+    nope = (nope.view(-1, 7, 64) * scale[:, :, None]).view(-1, NOPE)
+    return torch.cat([nope, rope], dim=1)
+
+
+@dataclass
+class Case:
+    q: torch.Tensor  # [B,1,H,512] bf16
+    pool: torch.Tensor
+    page_size: int
+    indices: torch.Tensor  # [B,1,topk] int32
+    topk_length: Optional[torch.Tensor]
+    sink: Optional[torch.Tensor]
+    extra_pool: Optional[torch.Tensor] = None
+    extra_page_size: int = 0
+    extra_indices: Optional[torch.Tensor] = None
+    extra_topk_length: Optional[torch.Tensor] = None
+    softmax_scale: float = 512 ** -0.5
+
+    def kwargs(self) -> dict:
+        """Positional-compatible arguments of flash_mla_sparse_decode_triton."""
+        has_extra = self.extra_pool is not None
+        return dict(
+            q=self.q,
+            k_cache=kernel_view(self.pool, self.page_size),
+            indices=self.indices,
+            topk_length=self.topk_length,
+            attn_sink=self.sink,
+            head_dim_v=D,
+            softmax_scale=self.softmax_scale,
+            extra_k_cache=kernel_view(self.extra_pool, self.extra_page_size) if has_extra else None,
+            extra_indices=self.extra_indices,
+            extra_topk_length=self.extra_topk_length,
+        )
+
+
+def _random_indices(B, topk, num_tokens, gen, invalid_frac):
+    # Entries past topk_length stay valid-looking: the kernel must ignore them by length.
+    idx = torch.randint(0, num_tokens, (B, 1, topk), generator=gen, dtype=torch.int32)
+    drop = torch.rand(B, 1, topk, generator=gen) < invalid_frac
+    idx[drop] = -1
+    return idx
+
+
+def make_case(
+    B: int,
+    H: int,
+    topk: int,
+    page_size: int = 256,
+    extra_topk: int = 0,
+    extra_page_size: int = 64,
+    seed: int = 0,
+    device="cpu",
+    invalid_frac: float = 0.1,
+    with_lengths: bool = True,
+    sink_mode: str = "random",  # random | none | inf (mix of +inf/-inf/finite)
+    num_pages: int = 8,
+    edge_rows: bool = True,
+) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    pool = make_kv_pool(num_pages, page_size, gen)
+    q = (torch.randn(B, 1, H, D, generator=gen) * 2).to(torch.bfloat16)
+    indices = _random_indices(B, topk, num_pages * page_size, gen, invalid_frac)
+    lengths = None
+    if with_lengths:
+        lengths = torch.randint(0, topk + 1, (B,), generator=gen, dtype=torch.int32)
+    extra_pool = extra_indices = extra_lengths = None
+    if extra_topk:
+        extra_pages = max(2, num_pages * page_size // extra_page_size // 2)
+        extra_pool = make_kv_pool(extra_pages, extra_page_size, gen)
+        extra_indices = _random_indices(
+            B, extra_topk, extra_pages * extra_page_size, gen, invalid_frac
+        )
+        if with_lengths:
+            extra_lengths = torch.randint(0, extra_topk + 1, (B,), generator=gen, dtype=torch.int32)
+    if edge_rows and B >= 3:
+        # Row 0: nothing to attend to (both lengths 0). Row 1: every index invalid.
+        if lengths is not None:
+            lengths[0] = 0
+        else:
+            indices[0] = -1
+        if extra_lengths is not None:
+            extra_lengths[0] = 0
+        elif extra_indices is not None:
+            extra_indices[0] = -1
+        indices[1] = -1
+        if extra_indices is not None:
+            extra_indices[1] = -1
+    sink = None
+    if sink_mode == "random":
+        sink = torch.randn(H, generator=gen) * 2
+    elif sink_mode == "inf":
+        sink = torch.randn(H, generator=gen) * 2
+        sink[0] = float("inf")
+        sink[1 % H] = float("-inf")
+    to = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return Case(
+        q=to(q), pool=to(pool), page_size=page_size, indices=to(indices),
+        topk_length=to(lengths), sink=to(sink),
+        extra_pool=to(extra_pool), extra_page_size=extra_page_size if extra_topk else 0,
+        extra_indices=to(extra_indices), extra_topk_length=to(extra_lengths),
+    )
+
+
+def reference_f64(case: Case):
+    """Float64 attention over the valid tokens of both caches with the sink: (out, lse)."""
+    q = case.q.cpu().double()[:, 0]  # [B,H,512]
+    B, H, _ = q.shape
+
+    def gather(pool, ps, indices, lengths):
+        kv = dequant_pool(pool, ps)
+        idx = indices.cpu().reshape(B, -1).long()
+        valid = idx >= 0
+        if lengths is not None:
+            pos = torch.arange(idx.shape[1])[None, :]
+            valid &= pos < lengths.cpu().long()[:, None]
+        return kv[idx.clamp(min=0)], valid
+
+    kv, valid = gather(case.pool, case.page_size, case.indices, case.topk_length)
+    if case.extra_pool is not None:
+        kv2, valid2 = gather(case.extra_pool, case.extra_page_size, case.extra_indices, case.extra_topk_length)
+        kv, valid = torch.cat([kv, kv2], 1), torch.cat([valid, valid2], 1)
+    scores = torch.einsum("bhd,btd->bht", q, kv) * case.softmax_scale
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, -1)  # [B,H]
+    if case.sink is not None:
+        lse = torch.logaddexp(lse, case.sink.cpu().double()[None, :])
+    has = valid.any(1)[:, None].expand(B, H) & torch.isfinite(lse)
+    w = torch.exp(scores - torch.where(has, lse, torch.zeros_like(lse))[..., None])
+    w = torch.where(has[..., None], w, torch.zeros_like(w))
+    out = torch.einsum("bht,btd->bhd", w, kv)
+    return out[:, None], lse[..., None]

@@ -1,0 +1,151 @@
+"""P1: every MMA decode config compiles ahead of time for sm_120 and sm_90, on the CPU.
+
+sm_120 (RTX PRO 6000 / 5090) gives a block at most 101376 bytes of shared memory and has
+mma.sync only; Triton's metadata reports the shared memory, and the ptxas that ships with
+Triton (`-v`) reports registers and spills. Compiles run in a subprocess so this process's
+TRITON_INTERPRET setting (the numerics tests use the interpreter) cannot leak in.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+SM120_SHARED_LIMIT = 101376
+ARCHS = (120, 90)
+
+# Runtime specialisation in production: pointers 16-byte aligned; strides, widths, page sizes
+# and page strides multiples of 16 (149760 / 37440 / 1728-byte pages, 64-aligned widths).
+DIV16 = (
+    "stride_qb", "stride_qh", "main_idx_stride", "extra_idx_stride", "main_topk",
+    "extra_topk", "main_page_bytes", "extra_page_bytes", "H",
+)
+MAIN_SIGNATURE = dict(
+    q_ptr="*bf16", stride_qb="i32", stride_qh="i32",
+    main_u8="*u8", main_idx="*i32", main_idx_stride="i32", main_len="*i32", main_topk="i32",
+    main_page="i32", main_page_bytes="i32",
+    extra_u8="*u8", extra_idx="*i32", extra_idx_stride="i32", extra_len="*i32", extra_topk="i32",
+    extra_page="i32", extra_page_bytes="i32",
+    sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
+    H="i32", num_splits="i32", qk_scale_log2="fp32",
+)
+COMBINE_SIGNATURE = dict(
+    part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", out_ptr="*bf16",
+    lse_ptr="*fp32", H="i32", num_splits="i32",
+)
+
+
+def _ptxas_report(ptx: str, arch: int) -> dict:
+    import triton
+
+    tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
+    ptxas = Path(triton.__file__).parent / "backends/nvidia/bin" / tool
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run(
+            [str(ptxas), f"-arch=sm_{arch}a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True, text=True,
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    log = proc.stderr
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return {
+        "regs": int(regs.group(1)),
+        "spill_stores": int(spills.group(1)),
+        "spill_loads": int(spills.group(2)),
+    }
+
+
+def _compile_all() -> list[dict]:
+    """Subprocess body: compile every config (and the combine kernel) for every arch."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from upstream import load_module
+
+    mod = load_module(OVERLAY, "flash_mla_sm120_mma_aot")
+    rows = []
+
+    def build(fn, signature, constexprs, div16, num_warps, num_stages, arch):
+        names = fn.arg_names
+        attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in div16}
+        src = triton.compiler.ASTSource(
+            fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}},
+            constexprs=constexprs, attrs=attrs,
+        )
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                           options=dict(num_warps=num_warps, num_stages=num_stages))
+        return {"shared": k.metadata.shared, **_ptxas_report(k.asm["ptx"], arch)}
+
+    pointers = [k for k, v in MAIN_SIGNATURE.items() if v.startswith("*")]
+    for arch in ARCHS:
+        for name, (bh, bt, warps, stages) in mod.MMA_CONFIGS.items():
+            for split in (False, True):
+                const = dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True,
+                             SPLIT=split, BLOCK_H=bh, BLOCK_T=bt, MMA_DTYPE=tl.bfloat16)
+                info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const,
+                             pointers + list(DIV16), warps, stages, arch)
+                rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}", **info})
+        cbh, cwarps = mod.COMBINE_CONFIG
+        info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE,
+                     dict(HAS_SINK=True, BLOCK_H=cbh),
+                     [k for k, v in COMBINE_SIGNATURE.items() if v.startswith("*")] + ["H"],
+                     cwarps, 1, arch)
+        rows.append({"arch": arch, "kernel": "combine", **info})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    for row in rows:
+        print(row)
+    return rows
+
+
+def test_every_config_compiles_for_both_archs(compiled):
+    sys.path.insert(0, str(REPO / "tests"))
+    from upstream import extract_functions
+
+    # The config table, read without importing the module (no GPU, no interpreter).
+    ns = extract_functions(OVERLAY, ["MMA_CONFIGS"], {})
+    kinds = {(r["arch"], r["kernel"]) for r in compiled}
+    for arch in ARCHS:
+        assert (arch, "combine") in kinds
+        for name in ns["MMA_CONFIGS"]:
+            assert (arch, f"decode/{name}/split=False") in kinds
+            assert (arch, f"decode/{name}/split=True") in kinds
+
+
+def test_sm120_shared_memory_fits(compiled):
+    for row in compiled:
+        if row["arch"] == 120:
+            assert 0 < row["shared"] <= SM120_SHARED_LIMIT, row
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_register_spills(compiled, arch):
+    for row in compiled:
+        if row["arch"] == arch:
+            assert row["spill_stores"] == 0 and row["spill_loads"] == 0, row
+            assert row["regs"] <= 255, row
+
+
+if __name__ == "__main__":
+    print(json.dumps(_compile_all()))
