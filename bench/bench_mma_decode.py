@@ -1,0 +1,298 @@
+"""P1 benchmark: MMA sparse-MLA decode vs the pinned upstream per-head Triton kernel vs FlashMLA's
+SM90 sparse decode vs the HBM roofline, on one GPU.
+
+    PATCHKIT_CACHE=$PWD/.carry python3 bench/bench_mma_decode.py [--sweep] [--out DIR]
+
+Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
+inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The
+roofline is the KV bytes a call must read (584 per valid token) over the copy bandwidth
+measured in the same run. The upstream kernel is loaded from the pinned sglang wheel;
+FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import torch
+import triton
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from upstream import load_module  # noqa: E402
+
+OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
+ROTATE = 8
+BYTES_PER_TOKEN = 584
+SCALE = 512 ** -0.5
+
+
+def page_bytes(p: int) -> int:
+    return -(-p * 584 // 576) * 576
+
+
+def load_upstream():
+    """flash_mla_sparse_decode_triton from the pinned sglang wheel (sha256-checked by fetch)."""
+    from patchkit.fetch import fetch
+    from patchkit.lockfile import load_lock
+
+    lock = load_lock(REPO / "pin.lock")
+    wheel = fetch(lock.upstream("sglang"), lock.index_url, log=lambda *_: None)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_mma_"))
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(UPSTREAM_KERNEL, tmp)
+    return load_module(tmp / UPSTREAM_KERNEL, "pinned_flash_mla_sm120_triton")
+
+
+def load_flashmla():
+    try:
+        import flash_mla  # noqa: F401
+        from flash_mla import flash_mla_with_kvcache, get_mla_metadata
+
+        return flash_mla_with_kvcache, get_mla_metadata, None
+    except Exception as exc:  # report why, keep benchmarking the rest
+        return None, None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def make_pool(num_pages: int, p: int, gen) -> torch.Tensor:
+    """Random FP8 pool in the DSv4 layout (finite fp8 codes, 2^-7 scales, bf16 rope)."""
+    pool = torch.randint(0, 256, (num_pages, page_bytes(p)), dtype=torch.uint8, device="cuda", generator=gen)
+    pool[(pool & 0x7F) == 0x7F] = 0  # e4m3fn NaN codes
+    body = pool[:, : p * 576].view(num_pages, p, 576)
+    rope = torch.randn(num_pages, p, 64, device="cuda", generator=gen).to(torch.bfloat16)
+    body[..., 448:] = rope.view(torch.uint8)
+    pool[:, p * 576 : p * 584] = 120
+    return pool
+
+
+def kv_view(pool: torch.Tensor, p: int) -> torch.Tensor:
+    return pool.view(torch.float8_e4m3fn)[:, : p * 584].view(pool.shape[0], p, 1, 584)
+
+
+class Shape:
+    def __init__(self, B, H, topk, extra_topk, page=256, extra_page=64):
+        self.B, self.H, self.topk, self.extra_topk = B, H, topk, extra_topk
+        self.page, self.extra_page = page, extra_page
+
+    @property
+    def name(self):
+        kind = f"win{self.topk}+ex{self.extra_topk}" if self.extra_topk else f"topk{self.topk}"
+        return f"H{self.H}/B{self.B}/{kind}"
+
+    def kv_bytes(self):
+        return self.B * (self.topk + self.extra_topk) * BYTES_PER_TOKEN
+
+
+class Inputs:
+    """ROTATE input sets over shared pools; every index valid and every length full."""
+
+    def __init__(self, shape: Shape, pools, gen):
+        s = shape
+        self.shape = shape
+        (self.pool, self.extra_pool) = pools
+        self.k_cache = kv_view(self.pool, s.page)
+        self.extra_k_cache = kv_view(self.extra_pool, s.extra_page) if s.extra_topk else None
+        n_main = self.pool.shape[0] * s.page
+        n_extra = self.extra_pool.shape[0] * s.extra_page
+        self.sets = []
+        for _ in range(ROTATE):
+            d = {
+                "q": torch.randn(s.B, 1, s.H, 512, device="cuda", generator=gen).to(torch.bfloat16),
+                "indices": torch.randint(0, n_main, (s.B, 1, s.topk), device="cuda", generator=gen, dtype=torch.int32),
+                "topk_length": torch.full((s.B,), s.topk, device="cuda", dtype=torch.int32),
+                "extra_indices": None, "extra_topk_length": None,
+            }
+            if s.extra_topk:
+                d["extra_indices"] = torch.randint(0, n_extra, (s.B, 1, s.extra_topk), device="cuda", generator=gen, dtype=torch.int32)
+                d["extra_topk_length"] = torch.full((s.B,), s.extra_topk, device="cuda", dtype=torch.int32)
+            self.sets.append(d)
+        self.sink = torch.randn(s.H, device="cuda", generator=gen)
+
+    def args(self, i):
+        d = self.sets[i]
+        return (d["q"], self.k_cache, d["indices"], d["topk_length"], self.sink, 512, SCALE,
+                self.extra_k_cache, d["extra_indices"], d["extra_topk_length"])
+
+
+def graph_time_us(calls, replays=20) -> float:
+    """Per-call time of `calls` (one per input set) captured in one graph and replayed."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (replays * len(calls)))
+    del g
+    return sorted(times)[1]
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy, bytes read + written per second (4 GiB buffers)."""
+    n = 1 << 32
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        b.copy_(a)
+    end.record()
+    end.synchronize()
+    sec = start.elapsed_time(end) / 1e3 / 10
+    del a, b
+    return 2 * n / sec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sweep", action="store_true", help="also time config / split variants (H=64)")
+    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench")))
+    ap.add_argument("--no-upstream", action="store_true")
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    print("command:", " ".join([Path(sys.executable).name] + sys.argv))
+    print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
+          f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
+    mma = load_module(OVERLAY, "flash_mla_sm120_mma")
+    upstream = None if args.no_upstream else load_upstream()
+    fm_call, fm_meta, fm_err = load_flashmla()
+    print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
+    bw = copy_bandwidth()
+    print(f"copy bandwidth (read+write): {bw / 1e12:.2f} TB/s")
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pools = {
+        256: make_pool(16384, 256, gen),  # 2.4 GB
+        64: make_pool(32768, 64, gen),  # 1.2 GB
+    }
+
+    shapes = [Shape(B, H, 128, 512) for H in (64, 16, 128) for B in (1, 4, 16, 64, 128)]
+    shapes += [Shape(B, 64, 2048, 0) for B in (1, 16, 64, 128)]
+
+    rows = []
+    for s in shapes:
+        inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
+        row = {"shape": s.name, "H": s.H, "B": s.B, "topk": s.topk, "extra_topk": s.extra_topk}
+        row["floor_us"] = s.kv_bytes() / bw * 1e6
+        row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
+        if upstream is not None:
+            reps = 3 if s.B * s.H >= 64 * 64 else 10
+            row["upstream_us"] = graph_time_us(
+                [lambda i=i: upstream.flash_mla_sparse_decode_triton(*inp.args(i)) for i in range(ROTATE)], reps)
+        if fm_call is not None and s.H in (64, 128):
+            metas = [fm_meta()[0] for _ in range(ROTATE)]
+
+            def fm(i):
+                a = inp.args(i)
+                return fm_call(a[0], a[1], None, None, 512, metas[i], None, SCALE, False, True,
+                               indices=a[2], attn_sink=a[4], extra_k_cache=a[7],
+                               extra_indices_in_kvcache=a[8], topk_length=a[3],
+                               extra_topk_length=a[9], use_legacy=True)
+
+            try:
+                row["flashmla_us"] = graph_time_us([lambda i=i: fm(i) for i in range(ROTATE)])
+            except Exception as exc:
+                row["flashmla_err"] = f"{type(exc).__name__}: {exc}"[:200]
+                print("flashmla failed:", row["flashmla_err"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del inp
+
+    sweep = []
+    if args.sweep:
+        variants = [(16, 32, 8, 1), (16, 16, 4, 1), (16, 32, 4, 1), (16, 64, 8, 1), (32, 32, 8, 1),
+                    (32, 64, 8, 1), (64, 32, 8, 1), (16, 32, 8, 2)]
+        for s in [Shape(B, 64, 128, 512) for B in (1, 16, 64, 128)] + [Shape(64, 64, 2048, 0)]:
+            inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
+            for cfg in variants:
+                for splits in (None, 1, 2, 4, 8):
+                    try:
+                        us = graph_time_us([
+                            lambda i=i: mma.mma_sparse_decode(*inp.args(i)[:5], SCALE, *inp.args(i)[7:],
+                                                              config=cfg, num_splits=splits)
+                            for i in range(ROTATE)])
+                    except Exception as exc:
+                        us = None
+                        print("variant failed", s.name, cfg, splits, exc)
+                    rec = {"shape": s.name, "cfg": cfg, "splits": splits, "us": us}
+                    sweep.append(rec)
+                    print(json.dumps(rec), flush=True)
+            del inp
+
+    (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
+    print_table(rows, bw)
+    plot(rows, out_dir / "bench_mma_decode.png")
+
+
+def fmt(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def print_table(rows, bw):
+    print()
+    print(f"| shape | ours (us) | upstream per-head (us) | FlashMLA SM90 (us) | HBM floor (us) | ours vs upstream | ours vs FlashMLA | % of roofline |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        up, fm = r.get("upstream_us"), r.get("flashmla_us")
+        print(f"| {r['shape']} | {fmt(r['mma_us'])} | {fmt(up)} | {fmt(fm)} | {fmt(r['floor_us'], 2)} | "
+              f"{fmt(up / r['mma_us'] if up else None)}x | {fmt(fm / r['mma_us'] if fm else None, 2)}x | "
+              f"{100 * r['floor_us'] / r['mma_us']:.0f}% |")
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        print("no plot:", exc)
+        return
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    for H, style in ((64, "o-"), (16, "s-"), (128, "^-")):
+        rs = [r for r in rows if r["H"] == H and r["extra_topk"]]
+        bs = [r["B"] for r in rs]
+        ax[0].plot(bs, [r["mma_us"] for r in rs], style, label=f"ours H={H}")
+        if H == 64:
+            ax[0].plot(bs, [r.get("upstream_us") or float("nan") for r in rs], "x--", label="upstream per-head H=64")
+            ax[0].plot(bs, [r.get("flashmla_us") or float("nan") for r in rs], "d--", label="FlashMLA SM90 H=64")
+            ax[0].plot(bs, [r["floor_us"] for r in rs], "k:", label="HBM floor")
+        ax[1].plot(bs, [100 * r["floor_us"] / r["mma_us"] for r in rs], style, label=f"ours H={H}")
+    ax[0].set(xscale="log", yscale="log", xlabel="batch (query rows)", ylabel="time per call (us)",
+              title="window 128 + extra 512, CUDA-graph replay")
+    ax[1].set(xscale="log", xlabel="batch (query rows)", ylabel="% of HBM roofline", title="ours: floor / time")
+    for a in ax:
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print("plot:", path)
+
+
+if __name__ == "__main__":
+    main()
