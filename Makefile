@@ -14,6 +14,7 @@ help:
 	@echo "make check      every patch applies exactly and the series round-trips byte for byte"
 	@echo "make test       create $(VENV) and run the CPU test suite"
 	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
+	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
 	@echo "make clean      remove build/ and $(VENV)"
 
 apply:
@@ -41,6 +42,10 @@ test: $(VENV)/.installed
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry.
 test-gpu:
 	$(PYTHON) -m pytest -q tests/gpu
+
+# Every GPU benchmark (bench/bench_*.py) in turn; each prints its command, machine, versions and a table.
+bench:
+	@set -e; for f in bench/bench_*.py; do echo "== $$f"; $(PYTHON) $$f; done
 
 carry:
 	$(PYTHON) apply.py fetch --into .carry/artifacts
