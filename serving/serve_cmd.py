@@ -30,8 +30,10 @@ PREFILL_CHUNK = 8192
 # patched code in use, so a stale shell variable cannot route around it. Every SGLANG_* name the
 # series adds must be listed here (tests/test_serve_cmd.py checks it against the patched tree).
 OVERLAY_ENV = {
-    # upstream 0.5.14: the Triton branch of flash_mla_with_kvcache_sm120 (sparse decode)
-    "SGLANG_SM120_TRITON_FLASHMLA": "1",
+    # P1: the head-tiled MMA sparse-decode kernel (triton = upstream per-head kernel, torch = fallback)
+    "SGLANG_SM120_SPARSE_DECODE": "mma",
+    # P3: the fused bf16 MHC-pre Triton kernel (0 = the same bf16 math as torch ops)
+    "SGLANG_SM120_MHC_PRE_TRITON": "1",
     # P4: the length-bounded Triton indexer (0 = upstream torch fallback)
     "SGLANG_SM120_INDEXER_TRITON": "1",
     # P4 debug aid: also write -inf past each row's length (the consumer never reads it)

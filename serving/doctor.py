@@ -1,0 +1,266 @@
+"""`python apply.py doctor`: is this machine ready to serve the patched SGLang, and if not, why.
+
+Reports the GPU (name, compute capability), driver and CUDA, the versions installed in the
+sglang environment against pin.lock, nvcc, and the patch state of that environment's
+site-packages; then a verdict saying what to fix. `--gate` prints only the first blocking
+reason as one line and exits 1 (make serve / make smoke run it first).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_VENV = REPO / ".venv-sglang"
+MIN_SM120_CUDA = (12, 8)   # sglang's is_sm120_supported(): capability major 12 and CUDA >= 12.8
+
+# Runs inside the sglang environment's interpreter: what is installed there and what torch sees.
+PROBE = r"""
+import json, sys, sysconfig
+from importlib import metadata
+out = {"python": sys.version.split()[0], "site": sysconfig.get_paths()["purelib"], "versions": {}}
+for dist in ("torch", "triton", "flashinfer-python", "sglang", "sglang-kernel"):
+    try:
+        out["versions"][dist] = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        out["versions"][dist] = None
+try:
+    import torch
+    out["torch_cuda"] = torch.version.cuda
+    out["gpus"] = [{"name": torch.cuda.get_device_name(i), "cc": list(torch.cuda.get_device_capability(i))}
+                   for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+except Exception as exc:
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Gpu:
+    name: str
+    cc: tuple[int, int]
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.cc[0]}{self.cc[1]}"
+
+
+@dataclass
+class Facts:
+    python: str | None = None                 # the sglang environment's interpreter (None: absent)
+    site: str | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    torch_cuda: str | None = None
+    torch_error: str | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    driver: str | None = None                 # from nvidia-smi
+    driver_cuda: str | None = None
+    nvcc: str | None = None                   # "path (release X)"
+    patch_state: str | None = None            # patchkit TargetState.summary
+    patch_lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Problem:
+    blocking: bool     # serve/smoke cannot work until it is fixed
+    text: str
+
+
+# -- gathering ----------------------------------------------------------------------------------
+
+def _run(argv: list[str], timeout: float = 60) -> str | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def probe_env(python: Path) -> dict:
+    out = _run([str(python), "-c", PROBE], timeout=300)
+    if out is None:
+        return {"torch_error": f"{python} could not run the probe"}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def nvidia_smi() -> tuple[str | None, str | None]:
+    """(driver version, CUDA version the driver supports), or Nones without nvidia-smi."""
+    out = _run(["nvidia-smi"])
+    if not out:
+        return None, None
+    driver = re.search(r"Driver Version:\s*([\d.]+)", out)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", out)
+    return (driver and driver.group(1)), (cuda and cuda.group(1))
+
+
+def find_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    nvcc = str(Path(home) / "bin" / "nvcc") if home else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        return None
+    release = re.search(r"release ([\d.]+)", _run([nvcc, "--version"]) or "")
+    return f"{nvcc} (release {release.group(1) if release else '?'})"
+
+
+def patch_status(target: Path, engine=None) -> tuple[str, list[str]]:
+    """The engine's summary for target and one line per upstream/patch."""
+    if engine is None:
+        from patchkit.engine import Engine
+        engine = Engine.from_repo(REPO)
+    state = engine.status(target)
+    lines = []
+    for up in state.upstreams:
+        lines.append(f"{up.name}: {up.summary}")
+        lines += [f"  {p.state:9} {p.name}" for p in up.patches]
+    return state.summary, lines
+
+
+def gather(venv: Path, target: Path | None = None, engine=None) -> Facts:
+    facts = Facts()
+    python = Path(venv) / "bin" / "python"
+    if python.exists():
+        env = probe_env(python)
+        facts.python = str(python)
+        facts.site = env.get("site")
+        facts.versions = env.get("versions", {})
+        facts.torch_cuda = env.get("torch_cuda")
+        facts.torch_error = env.get("torch_error")
+        facts.gpus = [Gpu(g["name"], tuple(g["cc"])) for g in env.get("gpus", [])]
+    facts.driver, facts.driver_cuda = nvidia_smi()
+    facts.nvcc = find_nvcc()
+    target = target or (Path(facts.site) if facts.site else None)
+    if target is not None:
+        try:
+            facts.patch_state, facts.patch_lines = patch_status(Path(target), engine)
+        except Exception as exc:   # a report must still come out; the verdict names the failure
+            facts.patch_state, facts.patch_lines = "unknown", [f"{type(exc).__name__}: {exc}"]
+    return facts
+
+
+# -- judging ------------------------------------------------------------------------------------
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text or "")[:2])
+
+
+def pinned_versions(lock) -> dict[str, str]:
+    pins = {up.package: up.version for up in lock.upstreams.values()}
+    pins.update({k: v for k, v in lock.runtime.items() if k in ("torch", "triton")})
+    return pins
+
+
+def verdict(facts: Facts, pins: dict[str, str], venv: Path) -> list[Problem]:
+    problems = []
+    if facts.python is None:
+        problems.append(Problem(True, f"no sglang environment at {venv}: run make install"))
+    elif facts.torch_error:
+        problems.append(Problem(True, f"torch does not import in {venv} ({facts.torch_error}): run make install"))
+    if facts.python is not None and not facts.torch_error and not facts.gpus:
+        smi = f"nvidia-smi: driver {facts.driver}" if facts.driver else "nvidia-smi not found"
+        problems.append(Problem(True, f"no CUDA GPU visible to torch ({smi}): serve and smoke need an NVIDIA GPU, "
+                                      "sm_120 (RTX 50xx / RTX PRO Blackwell) for the patched paths"))
+    for gpu in facts.gpus[:1]:
+        if gpu.cc[0] != 12:
+            problems.append(Problem(False, f"this GPU is {gpu.sm}: the sm_120 paths are inactive; the patches "
+                                           "change nothing here (sglang uses FlashMLA/DeepGEMM on it)"))
+        elif _version_tuple(facts.torch_cuda) < MIN_SM120_CUDA:
+            problems.append(Problem(True, f"torch is built for CUDA {facts.torch_cuda}; sglang takes its sm_120 "
+                                          "paths only with CUDA >= 12.8: run make install"))
+    for dist, want in pins.items():
+        have = facts.versions.get(dist)
+        if facts.python is not None and have is not None and have.split("+")[0] != want:
+            problems.append(Problem(False, f"{dist} {have} installed, pin.lock pins {want}: run make install"))
+        elif facts.python is not None and have is None:
+            problems.append(Problem(True, f"{dist} is not installed in {venv}: run make install"))
+    if facts.patch_state not in (None, "applied"):
+        problems.append(Problem(True, f"patches are {facts.patch_state} in {facts.site}: run make install "
+                                      f"(or python apply.py apply --target {facts.site})"))
+    if facts.gpus and facts.nvcc is None:
+        problems.append(Problem(False, "nvcc not found (CUDA_HOME or PATH): FlashInfer cannot JIT-build its "
+                                       "kernels (FP4 quantization) on first use; install the CUDA toolkit >= 12.8"))
+    return problems
+
+
+def summary_line(facts: Facts, problems: list[Problem]) -> str:
+    if not problems and facts.gpus and facts.gpus[0].cc[0] == 12:
+        return f"{facts.gpus[0].sm} detected; all patches applied"
+    first = next((p for p in problems if p.blocking), problems[0] if problems else None)
+    return first.text if first else "ready"
+
+
+# -- output -------------------------------------------------------------------------------------
+
+def report(facts: Facts, pins: dict[str, str], problems: list[Problem], venv: Path) -> str:
+    lines = []
+    if facts.gpus:
+        lines += [f"GPU {i}: {g.name}, compute capability {g.cc[0]}.{g.cc[1]} ({g.sm})" for i, g in enumerate(facts.gpus)]
+    else:
+        lines.append("GPU: none visible")
+    lines.append(f"driver: {facts.driver or 'unknown (no nvidia-smi)'}, driver CUDA {facts.driver_cuda or '-'}, "
+                 f"torch CUDA {facts.torch_cuda or '-'}")
+    lines.append(f"nvcc: {facts.nvcc or 'not found'}")
+    lines.append(f"environment: {facts.python or f'{venv} (absent)'}")
+    for dist, want in pins.items():
+        have = facts.versions.get(dist)
+        mark = "ok" if have and have.split("+")[0] == want else "MISMATCH" if have else "missing"
+        lines.append(f"  {dist:18} {have or '-':16} pin {want:10} {mark}")
+    for dist in ("sglang-kernel",):
+        lines.append(f"  {dist:18} {facts.versions.get(dist) or '-'}")
+    lines.append(f"patches in {facts.site or '-'}: {facts.patch_state or 'not checked'}")
+    lines += [f"  {line}" for line in facts.patch_lines]
+    lines.append("verdict: " + summary_line(facts, problems))
+    lines += [f"  {'fix' if p.blocking else 'note'}: {p.text}" for p in problems]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the sglang environment (make install)")
+    parser.add_argument("--target", type=Path, help="site-packages to check the patches in (default: the venv's)")
+    parser.add_argument("--gate", action="store_true",
+                        help="print only the first blocking reason, as one line; exit 1 if there is one")
+
+
+def run_doctor(args: argparse.Namespace, engine=None) -> int:
+    from patchkit.lockfile import load_lock
+
+    facts = gather(args.venv, args.target, engine)
+    pins = pinned_versions(engine.lock if engine is not None else load_lock(REPO / "pin.lock"))
+    problems = verdict(facts, pins, args.venv)
+    blocking = [p for p in problems if p.blocking]
+    if args.gate:
+        if blocking:
+            print(f"doctor: {blocking[0].text}")
+            return 1
+        for p in problems:
+            print(f"doctor: note: {p.text}")
+        return 0
+    print(report(facts, pins, problems, args.venv))
+    return 1 if blocking else 0
+
+
+def add_parser(subparsers) -> None:
+    """The `doctor` subcommand of apply.py (patchkit.cli discovers it)."""
+    p = subparsers.add_parser("doctor", help="GPU, versions, nvcc and patch state; what to fix",
+                              description=__doc__.split("\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=lambda engine, args: run_doctor(args, engine))
+
+
+add_doctor_parser = add_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(REPO))
+    parser = argparse.ArgumentParser(prog="python -m serving.doctor", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run_doctor(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
