@@ -224,7 +224,9 @@ class Replayer:
         if _apply_check(self.repo, current, reverse=True)[0]:
             out.result = UPSTREAM
             out.detail.append("reverse-applies on the new release: propose dropping it")
+            self._drop_overlay(patch, out)
             return out
+        self._retarget_overlay(patch, out)
         ok, log = _apply_check(self.repo, current)
         if ok:
             offsets = [f"hunk {m.group(1)} at line {m.group(2)} (offset {m.group(3)})" for m in _OFFSET_RE.finditer(log)]
@@ -266,22 +268,8 @@ class Replayer:
             else:
                 out.result = UPSTREAM
                 out.detail.append("merges to no change on the new release: propose dropping it")
+            self._drop_overlay(patch, out)
             return out
-        out.overlay_moves = overlay_moves(patch, self.renames)
-        for old, new in out.overlay_moves.items():
-            src, dst = self.overlay_root / old, self.overlay_root / new
-            if src.is_file():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                src.replace(dst)
-                d = src.parent
-                while d != self.overlay_root and d.is_dir() and not any(d.iterdir()):
-                    d.rmdir()
-                    d = d.parent
-            out.detail.append(f"overlay re-targeted {old} -> {new}")
-        for rel in patch.overlay:
-            new = out.overlay_moves.get(rel, rel)
-            if (self.repo / new).exists():
-                out.detail.append(f"overlay {new} now exists in the new release: resolve by hand")
         message = git(self.repo, "log", "-1", "--format=%B", commit).stdout
         message = rewrite_message(message, out.overlay_moves, self.renames)
         msg_file = self.repo / ".git" / "patchkit-msg"
@@ -290,6 +278,35 @@ class Replayer:
         git(self.repo, "cherry-pick", "--quit", check=False)
         out.unreached = self.reach(patch)
         return out
+
+    def _retarget_overlay(self, patch: PatchFile, out: Outcome) -> None:
+        """Move the patch's overlay files in the staged overlay alongside its moved modules."""
+        out.overlay_moves = overlay_moves(patch, self.renames)
+        for old, new in out.overlay_moves.items():
+            src, dst = self.overlay_root / old, self.overlay_root / new
+            if src.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                src.replace(dst)
+                self._prune(src.parent)
+            out.detail.append(f"overlay re-targeted {old} -> {new}")
+        for rel in patch.overlay:
+            new = out.overlay_moves.get(rel, rel)
+            if (self.repo / new).exists():
+                out.detail.append(f"overlay {new} now exists in the new release: resolve by hand")
+
+    def _drop_overlay(self, patch: PatchFile, out: Outcome) -> None:
+        """A dropped patch takes its overlay files with it (nothing would claim them)."""
+        for rel in patch.overlay:
+            f = self.overlay_root / out.overlay_moves.get(rel, rel)
+            if f.is_file():
+                f.unlink()
+                self._prune(f.parent)
+                out.detail.append(f"overlay {rel} removed with it")
+
+    def _prune(self, d: Path) -> None:
+        while d != self.overlay_root and d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+            d = d.parent
 
     def reach(self, patch: PatchFile) -> list[str]:
         """Unreached reasons of the patch's conditions on the work tree (new release + series so far)."""

@@ -1,0 +1,90 @@
+"""What PATCH_MAP.md ("Rebase exercise target") predicts for each patch when the pin moves
+sglang 0.5.14 -> 0.5.17 and flashinfer-python 0.6.12 -> 0.6.15.post1, and helpers shared by the rebase tests.
+
+Patches are recognised by the files they touch and their subject, not by their file names, so the
+expectations hold whatever number a patch has and whichever patches exist yet.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_fixtures import REPO, copy_repo_data
+from patchkit.patchfile import PatchFile
+
+TO = {"sglang": "0.5.17", "flashinfer": "0.6.15.post1"}
+# The 0.5.17 wheel of the same kind as the pin, and its digest as published by the index.
+NEW_SGLANG_WHEEL = "sglang-0.5.17-cp311-cp311-manylinux_2_34_x86_64.whl"
+NEW_SGLANG_SHA256 = "575e38f5683624ded3b4bb267f637a098e5ed37d13a1d1ff5ea09bd781a04d16"
+NEW_FLASHINFER_WHEEL = "flashinfer_python-0.6.15.post1-py3-none-any.whl"
+
+INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
+
+
+@dataclass
+class Expect:
+    label: str
+    upstream: str
+    touches: str
+    subject: str            # regex the subject must match ('' = any)
+    result: str
+    unreached: bool         # the new release routes around it (its reach trailers must say so)
+
+    def matches(self, upstream: str, patch: PatchFile) -> bool:
+        return (upstream == self.upstream and self.touches in patch.paths
+                and re.search(self.subject, patch.subject, re.I) is not None)
+
+
+EXPECTED = [
+    # P1: the dispatcher moved to sglang/kernels/ops/attention/ and was rewritten; the default backend is FlashInfer.
+    Expect("P1 MMA sparse decode", "sglang", "sglang/srt/layers/attention/flash_mla_sm120.py", "", "conflict", True),
+    # P2: upstream made the same bf16 change in 0.5.16.
+    Expect("P2 bf16 indexer", "sglang", INDEXER, r"bf16|bfloat16", "already upstream", False),
+    # P3: PATCH_MAP predicts "offset" for the bare fp32 -> bf16 lines (193 lines further down), but the patch
+    # also imports its Triton kernel among the model's imports, which 0.5.17 rewrote right there: a conflict.
+    Expect("P3 bf16 MHC-pre", "sglang", "sglang/srt/models/deepseek_v4.py", "", "conflict", False),
+    # P4: the function gained query chunking around the hunks; server_args forces TileLang on sm_120.
+    Expect("P4 indexer length", "sglang", INDEXER, r"^(?!.*(bf16|bfloat16))", "conflict", True),
+    # P5: identical code, +12 lines.
+    Expect("P5 FP4 JIT", "flashinfer", "flashinfer/quantization/fp4_quantization.py", "", "offset", False),
+    # P6: cpp_ext.py is byte-identical in 0.6.15.post1.
+    Expect("P6 CUDA version", "flashinfer", "flashinfer/jit/cpp_ext.py", "", "clean", False),
+]
+
+
+def expectation(upstream: str, patch: PatchFile) -> Expect:
+    hits = [e for e in EXPECTED if e.matches(upstream, patch)]
+    assert len(hits) == 1, f"{upstream}/{patch.name} ({patch.subject}): expected one PATCH_MAP expectation, found {[e.label for e in hits]}"
+    return hits[0]
+
+
+def repo_copy(dest: Path) -> Path:
+    """The repo's data and CLI (plus BENCHMARKS.md) in a scratch directory: tests never write /work/main."""
+    copy_repo_data(dest)
+    if (REPO / "BENCHMARKS.md").exists():
+        shutil.copy2(REPO / "BENCHMARKS.md", dest / "BENCHMARKS.md")
+    return dest
+
+
+def resolve_union(path: Path) -> None:
+    """A scripted conflict resolution: keep the new release's side, then the patch's lines it lacks."""
+    out, mode, ours, theirs = [], None, [], []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith("<<<<<<< "):
+            mode, ours, theirs = "ours", [], []
+        elif mode == "ours" and line.startswith("||||||| "):
+            mode = "base"
+        elif mode in ("ours", "base") and line.rstrip("\n") == "=======":
+            mode = "theirs"
+        elif mode == "theirs" and line.startswith(">>>>>>> "):
+            out += ours + [l for l in theirs if l not in ours]
+            mode = None
+        elif mode == "ours":
+            ours.append(line)
+        elif mode == "theirs":
+            theirs.append(line)
+        elif mode is None:
+            out.append(line)
+    path.write_text("".join(out))

@@ -1,0 +1,213 @@
+"""`apply.py rebase` on the real series, carried from the pinned releases to sglang 0.5.17 and
+flashinfer-python 0.6.15.post1 (both fetched from the index and sha256-verified, cached after the first run).
+
+Every run works on a scratch copy of pin.lock, patches/ and overlay/; /work/main is never written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures import snapshot
+from patchkit.conditions import conditions_of, unreached_reasons
+from patchkit.engine import Engine
+from patchkit.patchfile import parse_patch
+from patchkit.pristine import Pristine
+from patchkit.series import load_series
+from patchkit.state import APPLIED
+from patchkit.worktree import roundtrip_differences
+from rebase_cases import (NEW_FLASHINFER_WHEEL, NEW_SGLANG_SHA256, NEW_SGLANG_WHEEL, TO, expectation, repo_copy,
+                          resolve_union)
+
+REBASE_ARGS = ["rebase", "--to", TO["sglang"], "--flashinfer", TO["flashinfer"]]
+
+
+def cli(repo: Path, *args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(repo / "apply.py"), *args], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def data_snapshot(repo: Path) -> dict[str, str]:
+    snap = {"pin.lock": snapshot(repo)["pin.lock"]}
+    for d in ("patches", "overlay"):
+        snap.update({f"{d}/{k}": v for k, v in snapshot(repo / d).items() if "__pycache__" not in k})
+    return snap
+
+
+def series_patches(repo: Path):
+    lock = tomllib.loads((repo / "pin.lock").read_text())
+    for name, up in lock["upstream"].items():
+        for p in load_series(name, repo / "patches", repo / "overlay", up["root"]).patches:
+            yield name, p
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    repo = repo_copy(tmp_path_factory.mktemp("dry") / "repo")
+    before = data_snapshot(repo)
+    report = repo / "report.json"
+    proc = cli(repo, *REBASE_ARGS, "--dry-run", "--json", str(report))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return repo, before, json.loads(report.read_text()), proc
+
+
+def test_dry_run_classifies_every_patch_as_patch_map_predicts(dry_run):
+    repo, before, report, proc = dry_run
+    assert report["status"] == "dry-run"
+    results = {(e["name"], r["patch"]): r for e in report["upstreams"] for r in e["results"]}
+    present = list(series_patches(repo))
+    assert present, "the series holds no patch"
+    for upstream, patch in present:
+        want = expectation(upstream, patch)
+        got = results[(upstream, patch.name)]
+        assert got["result"] == want.result, f"{want.label} ({patch.name}): {got}"
+        assert bool(got["unreached"]) == want.unreached, f"{want.label} ({patch.name}): reach {got['unreached']}"
+        if got["result"] == "conflict":
+            assert got["conflicted"] and any("hunk" in d or "markers" in d for d in got["detail"]), got
+        if got["result"] == "offset":
+            assert any("offset" in d or "moved" in d or "3-way" in d for d in got["detail"]), got
+    # the report table names every patch and its result; progress went to stderr
+    for upstream, patch in present:
+        assert patch.name in proc.stdout
+    assert "rebase: [sglang" in proc.stderr and "sha256 verified" in proc.stderr
+    # the new pins were learnt from the index, of the same kind as the pinned artifacts
+    pins = {e["name"]: e["pin"] for e in report["upstreams"]}
+    assert pins["sglang"]["artifact"] == NEW_SGLANG_WHEEL and pins["sglang"]["sha256"] == NEW_SGLANG_SHA256
+    assert pins["sglang"]["tag"] == "v0.5.17"
+    assert pins["flashinfer"]["artifact"] == NEW_FLASHINFER_WHEEL and len(pins["flashinfer"]["sha256"]) == 64
+    # a dry run writes nothing
+    assert data_snapshot(repo) == before
+    assert not (repo / "build" / "rebase").exists()
+
+
+def test_overlay_follows_a_moved_module(dry_run):
+    """An overlay file claimed by a patch whose touched file moved is re-targeted alongside it."""
+    repo, _, report, _ = dry_run
+    moved_any = False
+    for e in report["upstreams"]:
+        for r in e["results"]:
+            patch = parse_patch(repo / "patches" / e["name"] / r["patch"])
+            for old, new in r["overlay_moves"].items():
+                moved_any = True
+                assert old in patch.overlay
+                assert old.rsplit("/", 1)[1] == new.rsplit("/", 1)[1]
+            for rel in patch.overlay:
+                if rel.startswith("sglang/srt/layers/attention/") and "sglang/srt/layers/attention/flash_mla_sm120.py" in patch.paths \
+                        and r["result"] != "conflict":
+                    assert r["overlay_moves"][rel] == "sglang/kernels/ops/attention/" + rel.rsplit("/", 1)[1]
+    if not moved_any:
+        pytest.skip("no patch of the current series has an overlay file next to a moved module (P1 not in yet)")
+
+
+def test_reach_trailers_hold_on_the_pinned_release(patched_root):
+    """A patch's Reached-If / Unreached-If must say 'reached' where it was written (so the rebase flag means something)."""
+    from conftest import REPO
+
+    seen = 0
+    for upstream, patch in series_patches(REPO):
+        conds = conditions_of(patch.trailers)
+        seen += len(conds)
+        read = lambda rel: (patched_root / rel).read_bytes() if (patched_root / rel).is_file() else None
+        assert unreached_reasons(conds, read) == [], f"{patch.name}: its reach conditions fail on the pin"
+    if not seen:
+        pytest.skip("no patch carries reach conditions yet")
+
+
+def _stop_at_conflict(repo: Path) -> dict:
+    report = repo / "report.json"
+    proc = cli(repo, *REBASE_ARGS, "--json", str(report))
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "rebase --continue" in proc.stdout
+    data = json.loads(report.read_text())
+    assert data["status"] == "stopped"
+    return data
+
+
+def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path):
+    repo = repo_copy(tmp_path / "repo")
+    before = data_snapshot(repo)
+    original_lock = (repo / "pin.lock").read_text()
+    subjects = {p.name: p.subject for _, p in series_patches(repo)}
+
+    # 1. stop at the first conflict, then --abort: everything byte-identical, work dir gone
+    _stop_at_conflict(repo)
+    assert data_snapshot(repo) == before, "a stopped rebase must not have written patches/, overlay/ or pin.lock"
+    assert (repo / "build" / "rebase" / "state.json").exists()
+    refused = cli(repo, *REBASE_ARGS)
+    assert refused.returncode == 1 and "already in progress" in refused.stderr
+    still = cli(repo, "rebase", "--continue")
+    assert still.returncode == 1 and "markers still in" in still.stderr
+    proc = cli(repo, "rebase", "--abort")
+    assert proc.returncode == 0, proc.stderr
+    assert data_snapshot(repo) == before
+    assert not (repo / "build" / "rebase").exists()
+
+    # 2. again; resolve every conflict with a scripted edit and continue until the series is refreshed
+    data = _stop_at_conflict(repo)
+    work = repo / "build" / "rebase" / "repos"
+    resolved = []
+    for _ in range(8):
+        stopped = json.loads((repo / "build" / "rebase" / "state.json").read_text())["stopped"]
+        for f in stopped["files"]:
+            resolve_union(work / stopped["upstream"] / f)
+        resolved.append(stopped)
+        proc = cli(repo, "rebase", "--continue", "--json", str(repo / "report.json"))
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == 1 and "rebase --continue" in proc.stdout, proc.stderr + proc.stdout
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    final = json.loads((repo / "report.json").read_text())
+    assert final["status"] == "done" and not (repo / "build" / "rebase").exists()
+    outcomes = {r["patch"]: r["result"] for e in final["upstreams"] for r in e["results"]}
+    assert sum(1 for r in outcomes.values() if r == "resolved") == len(resolved)
+
+    # pin.lock: only version, artifact, sha256 and tag changed, to what the index publishes
+    lock = tomllib.loads((repo / "pin.lock").read_text())
+    assert lock["upstream"]["sglang"]["version"] == "0.5.17"
+    assert lock["upstream"]["sglang"]["artifact"] == NEW_SGLANG_WHEEL
+    assert lock["upstream"]["sglang"]["sha256"] == NEW_SGLANG_SHA256
+    assert lock["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
+    changed = [(a, b) for a, b in zip(original_lock.splitlines(), (repo / "pin.lock").read_text().splitlines()) if a != b]
+    assert {a.split("=")[0].strip() for a, _ in changed} <= {"version", "artifact", "sha256", "tag"}
+
+    # already-upstream patches are gone from the refreshed series; the rest are all there, in order
+    kept = [r["patch"] for e in final["upstreams"] for r in e["results"]
+            if r["result"] not in ("already upstream", "dropped")]
+    refreshed = list(series_patches(repo))
+    assert [p.subject for _, p in refreshed] == [subjects[n] for n in kept]
+    upstreamed = [r["patch"] for e in final["upstreams"] for r in e["results"] if r["result"] == "already upstream"]
+    assert all(n not in [p.name for _, p in refreshed] or subjects[n] not in [p.subject for _, p in refreshed]
+               for n in upstreamed)
+
+    # the refreshed series applies to the new pristine release and round-trips byte for byte
+    engine = Engine.from_repo(repo)
+    for name, up in engine.lock.upstreams.items():
+        series = engine.series(name)
+        assert roundtrip_differences(series, engine.pristine(name), up.root, f"{up.package} {up.version}") == []
+        for rel in series.overlay_owner:
+            assert (repo / "overlay" / rel).is_file()
+    site = tmp_path / "site"
+    for name, up in engine.lock.upstreams.items():
+        engine.pristine(name).unpack(site, root=up.root)
+    state = engine.apply(site, log=lambda *a: None)
+    assert state.summary == APPLIED
+    check = cli(repo, "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_tampered_download_is_refused_before_anything_is_written(tmp_path):
+    repo = repo_copy(tmp_path / "repo")
+    before = data_snapshot(repo)
+    cache = tmp_path / "cache"
+    (cache / "artifacts").mkdir(parents=True)
+    (cache / "artifacts" / NEW_FLASHINFER_WHEEL).write_bytes(b"not the published wheel")
+    proc = cli(repo, "rebase", "--to", f"flashinfer={TO['flashinfer']}", env={"PATCHKIT_CACHE": str(cache)})
+    assert proc.returncode == 1
+    assert "sha256 mismatch" in proc.stderr and NEW_FLASHINFER_WHEEL in proc.stderr
+    assert data_snapshot(repo) == before and not (repo / "build" / "rebase").exists()
