@@ -5,7 +5,7 @@ VPY    := $(VENV)/bin/python
 TARGET ?=
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: apply status revert check test test-gpu carry bench clean help
+.PHONY: apply status revert check test test-gpu carry bench clean help rebase rebase-continue rebase-abort pr
 
 help:
 	@echo "make apply      apply the patch set to the pinned release (build/site, or TARGET=dir)"
@@ -15,6 +15,9 @@ help:
 	@echo "make test       create $(VENV) and run the CPU test suite"
 	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
 	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
+	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]   carry the series to a new release"
+	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
+	@echo "make pr PATCH=NAME REPO=DIR [BRANCH=NAME]                  one patch as a branch + PR body on an upstream checkout"
 	@echo "make clean      remove build/ and $(VENV)"
 
 apply:
@@ -49,6 +52,21 @@ bench:
 
 carry:
 	$(PYTHON) apply.py fetch --into .carry/artifacts
+
+# Rebase and upstream PRs (docs/rebase.md). Only pin.lock names upstreams; FLASHINFER is --to flashinfer=VERSION.
+rebase:
+	@test -n "$(TO)" || { echo "usage: make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]"; exit 2; }
+	$(PYTHON) apply.py rebase --to $(TO) $(if $(FLASHINFER),--to flashinfer=$(FLASHINFER),) $(if $(DRY_RUN),--dry-run,)
+
+rebase-continue:
+	$(PYTHON) apply.py rebase --continue
+
+rebase-abort:
+	$(PYTHON) apply.py rebase --abort
+
+pr:
+	@test -n "$(PATCH)" -a -n "$(REPO)" || { echo "usage: make pr PATCH=NAME REPO=DIR [BRANCH=NAME]"; exit 2; }
+	$(PYTHON) apply.py export-pr $(PATCH) --repo $(REPO) $(if $(BRANCH),--branch $(BRANCH),)
 
 clean:
 	rm -rf build $(VENV)
