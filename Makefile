@@ -18,6 +18,10 @@ help:
 	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]   carry the series to a new release"
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
 	@echo "make pr PATCH=NAME REPO=DIR [BRANCH=NAME]                  one patch as a branch + PR body on an upstream checkout"
+	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps from the index, patched; then doctor"
+	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
+	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
+	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make clean      remove build/ and $(VENV)"
 
 apply:
@@ -70,3 +74,30 @@ pr:
 
 clean:
 	rm -rf build $(VENV)
+
+# ---- serving (serving/, docs/serving.md) ---------------------------------------------------------
+SGLANG_VENV     ?= .venv-sglang
+SERVE_TEST_VENV ?= .venv-serve
+MODEL   ?=
+TP      ?= 1
+PORT    ?= 30000
+CONTEXT ?=
+SERVE_ARGS = --python $(SGLANG_VENV)/bin/python $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT))
+
+.PHONY: install serve smoke test-serve
+
+install:
+	$(PYTHON) -m serving.install --venv $(SGLANG_VENV)
+
+# Both stop at once, with doctor's one-line reason, where no usable GPU/environment is found.
+serve:
+	@$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV)
+	$(PYTHON) -m serving.serve_cmd $(SERVE_ARGS)
+
+smoke:
+	@$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV)
+	$(PYTHON) -m serving.smoke $(SERVE_ARGS)
+
+test-serve:
+	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)
+	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py
