@@ -82,6 +82,7 @@ MODEL   ?=
 TP      ?= 1
 PORT    ?= 30000
 CONTEXT ?=
+SMOKE_TIMEOUT ?= 1200
 SERVE_ARGS = --python $(SGLANG_VENV)/bin/python $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT))
 
 .PHONY: install serve smoke test-serve
@@ -96,7 +97,7 @@ serve:
 
 smoke:
 	@$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV)
-	$(PYTHON) -m serving.smoke $(SERVE_ARGS)
+	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)
