@@ -338,13 +338,17 @@ def _refresh(engine, base: Path, state: dict) -> None:
 
 # -- report ---------------------------------------------------------------------------------------
 def format_report(state: dict) -> str:
-    rows = []
+    rows, notes = [], []
     for e in state["upstreams"]:
         for r in e["results"]:
-            reached = "NO: " + "; ".join(r["unreached"]) if r["unreached"] else ("-" if r["result"] in (PENDING, UPSTREAM, DROPPED) else "yes")
-            rows.append([f"{e['name']} {e['from']}->{e['pin']['version']}", r["patch"], r["result"], reached,
-                         "; ".join(r["detail"])[:160]])
-    out = [table(rows, ["upstream", "patch", "result", "reached", "detail"])]
+            reached = "NO" if r["unreached"] else ("-" if r["result"] in (PENDING, UPSTREAM, DROPPED) else "yes")
+            rows.append([f"{e['name']} {e['from']} -> {e['pin']['version']}", r["patch"], r["result"], reached])
+            lines = r["detail"] + [f"no longer reached: {u}" for u in r["unreached"]]
+            if lines:
+                notes.append(f"{e['name']}/{r['patch']}:\n" + "\n".join(f"    {d}" for d in lines))
+    out = [table(rows, ["upstream", "patch", "result", "reached"])]
+    if notes:
+        out += ["", "details:"] + notes
     upstreamed = [r["patch"] for e in state["upstreams"] for r in e["results"] if r["result"] == UPSTREAM]
     if upstreamed:
         out.append("already upstream (dropped from the refreshed series): " + ", ".join(upstreamed))

@@ -234,7 +234,8 @@ class Replayer:
             out.result = OFFSET if offsets or mapping else CLEAN
         else:
             bad = failing_hunks(self.repo, mapped, self.scratch)
-            out.detail.append("does not apply as text; " + ("failing: " + "; ".join(bad) if bad else "file missing"))
+            out.detail.append("does not apply as text" + ("; failing hunks:" if bad else "; its file is missing"))
+            out.detail += [f"  {b}" for b in bad]
         proc = git(self.repo, "cherry-pick", "--no-commit", "-X", f"find-renames={RENAME_THRESHOLD}", commit, check=False)
         unmerged = conflicted_files(self.repo)
         if proc.returncode != 0 or unmerged:
