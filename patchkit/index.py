@@ -7,13 +7,16 @@ refused, because the download could then not be verified.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urldefrag, urljoin
 
 from . import PatchkitError
-from .fetch import _Links, _normalise
+from .fetch import _Links, _normalise, cache_dir
 
 _SDIST_SUFFIXES = (".tar.gz", ".tar.bz2", ".zip", ".tgz")
 
@@ -93,5 +96,26 @@ def _safe_kind(name: str):
         return None
 
 
+def _remembered() -> Path:
+    return cache_dir().parent / "releases.json"
+
+
 def find_release(index_url: str, package: str, version: str, like: str) -> Release:
-    return choose_artifact(index_links(index_url, package), package, version, like)
+    """Ask the index; remember the answer so that a later run without network can reuse it."""
+    key = f"{index_url} {_normalise(package)} {version} {'-'.join(artifact_kind(like))}"
+    memory = _remembered()
+    try:
+        known = json.loads(memory.read_text()) if memory.exists() else {}
+    except ValueError:
+        known = {}
+    try:
+        rel = choose_artifact(index_links(index_url, package), package, version, like)
+    except PatchkitError as exc:
+        if key in known and str(exc).startswith("cannot read package index page"):
+            return Release(**known[key])
+        raise
+    known[key] = rel.__dict__
+    tmp = memory.with_suffix(".tmp")
+    tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+    os.replace(tmp, memory)
+    return rel
