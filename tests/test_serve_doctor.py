@@ -93,3 +93,14 @@ def test_full_report_lists_versions_against_the_pin(tmp_path):
     for line in ("GPU: none visible", "pin 0.5.14", "pin 0.6.12", "pin 2.11.0", "pin 3.6.0", "nvcc: ",
                  f"verdict: no sglang environment at {tmp_path / 'absent'}: run make install"):
         assert line in out, out
+
+
+@pytest.mark.parametrize("target", ["serve", "smoke"])
+def test_make_serve_and_smoke_stop_at_once_without_a_gpu(target, tmp_path):
+    if doctor.gather(Path(sys.prefix), target=tmp_path).gpus:
+        pytest.skip("a GPU is visible here")
+    result = subprocess.run(["make", "-s", target, f"SGLANG_VENV={sys.prefix}", f"PYTHON={sys.executable}"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert result.stdout.startswith("doctor: no CUDA GPU visible to torch") and result.stdout.count("\n") == 1
+    assert "sglang.launch_server" not in result.stdout + result.stderr     # nothing was launched
