@@ -149,7 +149,7 @@ def _repo_root(engine) -> Path:
 def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) -> int:
     repo = _repo_root(engine)
     work = work_dir(engine)
-    if (work / STATE).exists():
+    if not dry_run and (work / STATE).exists():
         raise PatchkitError(f"a rebase is already in progress ({work / STATE}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
     plan = []

@@ -129,6 +129,7 @@ def _stop_at_conflict(repo: Path) -> dict:
     return data
 
 
+@pytest.mark.slow   # about two minutes: two real rebases (stop, abort; stop, resolve, continue) and a refresh
 def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path):
     repo = repo_copy(tmp_path / "repo")
     before = data_snapshot(repo)
