@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
         if name not in _RESERVED:
             p.add_argument(f"--{name}", dest=f"upstream_{name}", metavar="VERSION", help=f"target version of {name}")
     p.add_argument("--dry-run", action="store_true", help="print the report, write nothing")
-    p.add_argument("--continue", dest="cont", action="store_true", help="after resolving a conflict in build/rebase/NAME")
+    p.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict in build/rebase/repos/NAME")
     p.add_argument("--abort", action="store_true", help="drop the rebase in progress; patches/, overlay/, pin.lock restored")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.set_defaults(func=run)
