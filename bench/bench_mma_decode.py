@@ -225,28 +225,42 @@ def main() -> None:
 
     sweep = []
     if args.sweep:
-        variants = [(16, 32, 8, 1), (16, 16, 4, 1), (16, 32, 4, 1), (16, 64, 8, 1), (32, 32, 8, 1),
-                    (32, 64, 8, 1), (64, 32, 8, 1), (16, 32, 8, 2)]
-        for s in [Shape(B, 64, 128, 512) for B in (1, 16, 64, 128)] + [Shape(64, 64, 2048, 0)]:
+        # Candidate configs (BLOCK_H, BLOCK_T, warps, stages) x split counts, every shape.
+        variants = [(16, 32, 8, 1), (32, 32, 8, 1), (16, 16, 4, 1), (64, 32, 8, 1)]
+        for s in shapes:
             inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
+            width = s.topk + s.extra_topk
             for cfg in variants:
-                for splits in (None, 1, 2, 4, 8):
+                for splits in (None, 1, 2, 4, 8, 16):
+                    if splits is not None and (splits * 64 > width or (s.B >= 64 and splits > 4)):
+                        continue
                     try:
                         us = graph_time_us([
                             lambda i=i: mma.mma_sparse_decode(*inp.args(i)[:5], SCALE, *inp.args(i)[7:],
                                                               config=cfg, num_splits=splits)
-                            for i in range(ROTATE)])
+                            for i in range(ROTATE)], replays=10)
                     except Exception as exc:
                         us = None
                         print("variant failed", s.name, cfg, splits, exc)
-                    rec = {"shape": s.name, "cfg": cfg, "splits": splits, "us": us}
+                    rec = {"shape": s.name, "H": s.H, "B": s.B, "cfg": cfg, "splits": splits, "us": us}
                     sweep.append(rec)
                     print(json.dumps(rec), flush=True)
             del inp
+        print_best(sweep)
 
     (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
     print_table(rows, bw)
     plot(rows, out_dir / "bench_mma_decode.png")
+
+
+def print_best(sweep):
+    best = {}
+    for r in sweep:
+        if r["us"] is not None and (r["shape"] not in best or r["us"] < best[r["shape"]]["us"]):
+            best[r["shape"]] = r
+    print("\n| shape | best config | splits | us |\n|---|---|---|---|")
+    for name, r in best.items():
+        print(f"| {name} | {tuple(r['cfg'])} | {r['splits']} | {r['us']:.1f} |")
 
 
 def fmt(x, nd=1):

@@ -41,26 +41,14 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _kv_chunk(
-    data,  # [T] uint8 pointers: each token's data (page base + offset*576)
-    scale,  # [T] uint8 pointers: each token's scale bytes in the page footer
-    valid,  # [T] bool
-    G: tl.constexpr,  # 64-wide column group: 0..6 fp8 nope, 7 bf16 rope
-    MMA_DTYPE: tl.constexpr,
-):
-    """Columns [64G, 64G+64) of BLOCK_T tokens, dequantised: [T, 64]."""
-    dim = tl.arange(0, 64)
-    if G < 7:
-        raw = tl.load(data[:, None] + (G * 64 + dim[None, :]), mask=valid[:, None], other=0)
-        # UE8M0 byte e -> 2^(e-127), built exactly in the float32 exponent field; a power of
-        # two, so the bf16 product is exact (as the upstream torch dequant).
-        e = tl.load(scale + G, mask=valid, other=127)
-        sc = (e.to(tl.int32) << 23).to(tl.float32, bitcast=True).to(MMA_DTYPE)
-        k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None]
-    else:
-        rope = (data + 448).to(tl.pointer_type(tl.bfloat16))
-        k = tl.load(rope[:, None] + dim[None, :], mask=valid[:, None], other=0.0)
-    return k.to(MMA_DTYPE)
+def _dequant(raw, scale_bytes, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+    """fp8 [T, 64] of column group G times 2^(e-127), e its UE8M0 byte (column G of [T, 8])."""
+    grp = tl.arange(0, 8)
+    e = tl.sum(tl.where(grp[None, :] == G, scale_bytes.to(tl.int32), 0), axis=1)
+    # 2^(e-127) built exactly in the float32 exponent field; a power of two, so the product
+    # is exact in bf16 (as the upstream torch dequant).
+    sc = (e << 23).to(tl.float32, bitcast=True).to(MMA_DTYPE)
+    return raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None]
 
 
 @triton.jit
@@ -77,48 +65,56 @@ def _store_chunk(ptrs, acc, factor, mask, G: tl.constexpr):
 
 
 @triton.jit
-def _token_pointers(
-    pos,  # [T] positions in the concatenated list
-    row,
-    n_main,
-    in_range,  # [T] bool
-    main_u8,
-    main_idx,
-    main_idx_stride,
-    main_page,
-    main_page_bytes,
-    extra_u8,
-    extra_idx,
-    extra_idx_stride,
-    extra_page,
-    extra_page_bytes,
+def _load_indices(
+    pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride,
     HAS_EXTRA: tl.constexpr,
 ):
-    """Resolve list positions to (data pointer, scale pointer, valid) per token."""
+    """Cache index of each list position: int32, -1 when invalid or past the split's end."""
+    in_range = pos < end
     in_main = pos < n_main
     idx = tl.load(main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1)
-    idx = idx.to(tl.int64)
-    page = idx // main_page
-    off = idx % main_page
-    data = main_u8 + tl.multiple_of(page * main_page_bytes + off * 576, 64)
-    scale = main_u8 + (page * main_page_bytes + main_page * 576 + off * 8)
     if HAS_EXTRA:
-        in_extra = in_range & (pos >= n_main)
         e_idx = tl.load(
-            extra_idx + row * extra_idx_stride + (pos - n_main), mask=in_extra, other=-1
-        ).to(tl.int64)
-        e_page = e_idx // extra_page
-        e_off = e_idx % extra_page
-        e_data = extra_u8 + tl.multiple_of(e_page * extra_page_bytes + e_off * 576, 64)
-        e_scale = extra_u8 + (e_page * extra_page_bytes + extra_page * 576 + e_off * 8)
-        data = tl.where(in_main, data, e_data)
-        scale = tl.where(in_main, scale, e_scale)
+            extra_idx + row * extra_idx_stride + (pos - n_main), mask=in_range & (pos >= n_main), other=-1
+        )
         idx = tl.where(in_main, idx, e_idx)
-    valid = in_range & (idx >= 0)
-    # Invalid tokens are never loaded (masked), but keep their pointers in bounds anyway.
-    data = tl.where(valid, data, main_u8)
-    scale = tl.where(valid, scale, main_u8)
-    return data, scale, valid
+    return idx
+
+
+@triton.jit
+def _load_tile(
+    idx, pos, n_main,
+    main_u8, main_page, main_page_bytes, extra_u8, extra_page, extra_page_bytes,
+    HAS_EXTRA: tl.constexpr,
+):
+    """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
+    [T, 64], the bf16 rope [T, 64] and the 8 scale bytes [T, 8] of each token."""
+    valid = idx >= 0
+    idx = tl.where(valid, idx, 0)
+    base = main_u8
+    page_size = main_page
+    page_bytes = main_page_bytes.to(tl.int64)
+    if HAS_EXTRA:
+        in_main = pos < n_main
+        base = tl.where(in_main, main_u8, extra_u8)
+        page_size = tl.where(in_main, main_page, extra_page)
+        page_bytes = tl.where(in_main, main_page_bytes, extra_page_bytes).to(tl.int64)
+    page = (idx // page_size).to(tl.int64)
+    off = idx % page_size
+    data = base + tl.multiple_of(page * page_bytes + off * 576, 64)
+    scale = base + (page * page_bytes + (page_size * 576 + off * 8))
+    dim = tl.arange(0, 64)
+    m = valid[:, None]
+    r0 = tl.load(data[:, None] + dim[None, :], mask=m, other=0)
+    r1 = tl.load(data[:, None] + (64 + dim[None, :]), mask=m, other=0)
+    r2 = tl.load(data[:, None] + (128 + dim[None, :]), mask=m, other=0)
+    r3 = tl.load(data[:, None] + (192 + dim[None, :]), mask=m, other=0)
+    r4 = tl.load(data[:, None] + (256 + dim[None, :]), mask=m, other=0)
+    r5 = tl.load(data[:, None] + (320 + dim[None, :]), mask=m, other=0)
+    r6 = tl.load(data[:, None] + (384 + dim[None, :]), mask=m, other=0)
+    rope = tl.load((data + 448).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
+    sc8 = tl.load(scale[:, None] + tl.arange(0, 8)[None, :], mask=m, other=127)
+    return r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid
 
 
 @triton.jit
@@ -209,31 +205,37 @@ def _mma_sparse_decode_kernel(
     acc5 = tl.zeros([BLOCK_H, 64], tl.float32)
     acc6 = tl.zeros([BLOCK_H, 64], tl.float32)
     acc7 = tl.zeros([BLOCK_H, 64], tl.float32)
-    offs_t = tl.arange(0, BLOCK_T)
+    # Software pipeline: the tile being computed was loaded one iteration earlier and the
+    # indices of the tile after next two iterations earlier, so neither the index nor the
+    # KV latency is exposed (one CTA per SM leaves little other work to hide it behind).
+    pos = start + tl.arange(0, BLOCK_T)
+    idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+    r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = _load_tile(
+        idx, pos, n_main, main_u8, main_page, main_page_bytes, extra_u8, extra_page, extra_page_bytes, HAS_EXTRA)
+    pos += BLOCK_T
+    idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
     for t0 in range(start, end, BLOCK_T):
-        pos = t0 + offs_t
-        data, scale, valid = _token_pointers(
-            pos, row, n_main, pos < end,
-            main_u8, main_idx, main_idx_stride, main_page, main_page_bytes,
-            extra_u8, extra_idx, extra_idx_stride, extra_page, extra_page_bytes,
-            HAS_EXTRA,
-        )
-        # Each KV chunk is gathered and dequantised once, then shared by all BLOCK_H heads.
-        k0 = _kv_chunk(data, scale, valid, 0, MMA_DTYPE)
+        n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid = _load_tile(
+            idx, pos, n_main, main_u8, main_page, main_page_bytes, extra_u8, extra_page, extra_page_bytes, HAS_EXTRA)
+        pos += BLOCK_T
+        idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+
+        # Each KV column group is dequantised once, then shared by all BLOCK_H heads.
+        k0 = _dequant(r0, sc8, 0, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
-        k1 = _kv_chunk(data, scale, valid, 1, MMA_DTYPE)
+        k1 = _dequant(r1, sc8, 1, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1), s)
-        k2 = _kv_chunk(data, scale, valid, 2, MMA_DTYPE)
+        k2 = _dequant(r2, sc8, 2, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
-        k3 = _kv_chunk(data, scale, valid, 3, MMA_DTYPE)
+        k3 = _dequant(r3, sc8, 3, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s)
-        k4 = _kv_chunk(data, scale, valid, 4, MMA_DTYPE)
+        k4 = _dequant(r4, sc8, 4, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
-        k5 = _kv_chunk(data, scale, valid, 5, MMA_DTYPE)
+        k5 = _dequant(r5, sc8, 5, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
-        k6 = _kv_chunk(data, scale, valid, 6, MMA_DTYPE)
+        k6 = _dequant(r6, sc8, 6, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
-        k7 = _kv_chunk(data, scale, valid, 7, MMA_DTYPE)
+        k7 = rope.to(MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
 
         s = tl.where(valid[None, :], s * qk_scale_log2, float("-inf"))
@@ -252,6 +254,7 @@ def _mma_sparse_decode_kernel(
         acc5 = tl.dot(p, k5, acc5 * a)
         acc6 = tl.dot(p, k6, acc6 * a)
         acc7 = tl.dot(p, k7, acc7 * a)
+        r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid
 
     has_tok = l_i > 0.0
     inv_l = 1.0 / tl.where(has_tok, l_i, 1.0)
