@@ -275,8 +275,7 @@ def resume(engine, json_out: str | None) -> int:
         patch = series.patches[i]
         outcome = Outcome(**entry["results"][i])
         if replayer.head() != stop["head"] and git(replayer.repo, "status", "--porcelain").stdout.strip() == "":
-            outcome.result = RESOLVED          # the user committed the resolution themselves
-            git(replayer.repo, "cherry-pick", "--quit", check=False)
+            outcome = replayer.adopt(entry["commits"][i], patch, outcome)     # the user committed the resolution themselves
         else:
             outcome = replayer.finish(entry["commits"][i], patch, outcome)
             if outcome.result == CONFLICT:

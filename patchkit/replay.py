@@ -17,7 +17,7 @@ from . import PatchkitError
 from .chain import _OFFSET_RE
 from .conditions import Condition, conditions_of, unreached_reasons
 from .gitcmd import git, init_repo
-from .patchfile import PatchFile
+from .patchfile import PatchFile, _split_message
 from .pristine import Pristine
 from .worktree import PRISTINE_TAG
 
@@ -112,7 +112,6 @@ def split_hunks(text: str) -> list[tuple[str, str, str]]:
     """(path, hunk header, single-hunk patch text) for every hunk of a patch's diff."""
     out = []
     diff = text[text.index("\ndiff --git ") + 1:] if "\ndiff --git " in text else text
-    diff = re.split(r"^-- ?\n", diff, flags=re.M)[0]          # drop the format-patch signature
     for block in re.split(r"(?=^diff --git )", diff, flags=re.M):
         if not block.startswith("diff --git "):
             continue
@@ -309,10 +308,28 @@ class Replayer:
             d.rmdir()
             d = d.parent
 
-    def reach(self, patch: PatchFile) -> list[str]:
+    def adopt(self, commit: str, patch: PatchFile, out: Outcome) -> Outcome:
+        """The user committed the resolution themselves (to edit the message too): keep their change and
+        message, follow moves in its trailers, and give the commit back the patch's author and date."""
+        git(self.repo, "cherry-pick", "--quit", check=False)
+        message = git(self.repo, "log", "-1", "--format=%B", "HEAD").stdout
+        # `git commit --no-edit` keeps git's "# Conflicts:" comment lines; an editor session would drop them
+        message = "\n".join(l for l in message.split("\n") if not l.startswith("#"))
+        message = re.sub(r"\n{3,}", "\n\n", message).strip("\n") + "\n"
+        fixed = rewrite_message(message, out.overlay_moves, self.renames)
+        msg_file = self.repo / ".git" / "patchkit-msg"
+        msg_file.write_text(fixed, encoding="utf-8")
+        author = _author_env(self.repo, commit)
+        git(self.repo, "commit", "-q", "--amend", "--cleanup=verbatim", "-F", str(msg_file),
+            f"--author={author['GIT_AUTHOR_NAME']} <{author['GIT_AUTHOR_EMAIL']}>", f"--date={author['GIT_AUTHOR_DATE']}")
+        out.result = RESOLVED
+        out.unreached = self.reach(patch, _split_message(fixed)[1])
+        return out
+
+    def reach(self, patch: PatchFile, trailers: list[tuple[str, str]] | None = None) -> list[str]:
         """Unreached reasons of the patch's conditions on the work tree (new release + series so far)."""
-        conds = [c.with_path(self.renames.get(c.path, c.path)) for c in conditions_of(patch.trailers, f"{patch.name}: ")]
-        return unreached_reasons(conds, self._read)
+        conds = conditions_of(patch.trailers if trailers is None else trailers, f"{patch.name}: ")
+        return unreached_reasons([c.with_path(self.renames.get(c.path, c.path)) for c in conds], self._read)
 
     def head(self) -> str:
         return git(self.repo, "rev-parse", "HEAD").stdout.strip()

@@ -158,3 +158,13 @@ def test_refuses_unknown_or_ambiguous_patch(checkouts, overlay_repo):
     name = next(iter(checkouts))
     proc = cli(overlay_repo, "export-pr", "no-such-patch", "--repo", str(checkouts[name]))
     assert proc.returncode == 1 and "expected exactly one patch matching 'no-such-patch', found none" in proc.stderr
+
+
+def test_evidence_anchor_finds_its_markdown_section():
+    doc = "# Benchmarks\n\n## MMA sparse decode (sm_120)\n\n| B | us |\n|---|---|\n| 1 | 12.5 |\n\n### detail\nx\n\n## Indexer\ny\n"
+    section = markdown_section(doc, "mma-sparse-decode-sm_120")
+    assert section.startswith("## MMA sparse decode") and "12.5" in section and "### detail" in section
+    assert "Indexer" not in section
+    assert markdown_section(doc, "indexer") == "## Indexer\ny"
+    assert markdown_section('<a id="p4"></a>\n## Indexer\ny\n', "p4") == "## Indexer\ny"
+    assert markdown_section(doc, "nothing-here") is None

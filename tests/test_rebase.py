@@ -135,6 +135,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
     before = data_snapshot(repo)
     original_lock = (repo / "pin.lock").read_text()
     subjects = {p.name: p.subject for _, p in series_patches(repo)}
+    repo_copy(tmp_path / "orig")
 
     # 1. stop at the first conflict, then --abort: everything byte-identical, work dir gone
     _stop_at_conflict(repo)
@@ -153,10 +154,17 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
     data = _stop_at_conflict(repo)
     work = repo / "build" / "rebase" / "repos"
     resolved = []
-    for _ in range(8):
+    for attempt in range(8):
         stopped = json.loads((repo / "build" / "rebase" / "state.json").read_text())["stopped"]
         for f in stopped["files"]:
             resolve_union(work / stopped["upstream"] / f)
+        if attempt == 1:   # the second conflict: commit the resolution by hand, as a user editing the message would
+            wt = work / stopped["upstream"]
+            env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_COMMITTER_NAME": "me",
+                   "GIT_COMMITTER_EMAIL": "me@example.invalid", "GIT_AUTHOR_NAME": "me",
+                   "GIT_AUTHOR_EMAIL": "me@example.invalid"}
+            subprocess.run(["git", "add", "-A"], cwd=wt, check=True, env=env)
+            subprocess.run(["git", "commit", "-q", "--no-edit"], cwd=wt, check=True, env=env)
         resolved.append(stopped)
         proc = cli(repo, "rebase", "--continue", "--json", str(repo / "report.json"))
         if proc.returncode == 0:
@@ -185,6 +193,16 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
     upstreamed = [r["patch"] for e in final["upstreams"] for r in e["results"] if r["result"] == "already upstream"]
     assert all(n not in [p.name for _, p in refreshed] or subjects[n] not in [p.subject for _, p in refreshed]
                for n in upstreamed)
+
+    # every refreshed patch keeps its author and date, whichever way its conflict was resolved
+    for _, p in refreshed:
+        head = p.path.read_text().split("\nSubject:", 1)[0]
+        original = next(q for _, q in series_patches(tmp_path / "orig") if q.subject == p.subject)
+        assert head.split("\n", 1)[1] == original.path.read_text().split("\nSubject:", 1)[0].split("\n", 1)[1]
+        # trailers are kept; those naming a wheel path follow its move (same file name)
+        norm = lambda ts: [(k, v if k not in ("Overlay", "Reached-If", "Unreached-If") else v.split(" ~ ")[0].rsplit("/", 1)[1]
+                            + v[len(v.split(" ~ ")[0]):]) for k, v in ts]
+        assert norm(p.trailers) == norm(original.trailers)
 
     # the refreshed series applies to the new pristine release and round-trips byte for byte
     engine = Engine.from_repo(repo)
