@@ -337,6 +337,8 @@ def _combine_splits_kernel(
 # tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no register spills).
 MMA_CONFIGS = {
     "h16_t32_w8": (16, 32, 8, 1),
+    "h32_t32_w8": (32, 32, 8, 1),
+    "h16_t16_w4": (16, 16, 4, 1),
 }
 COMBINE_CONFIG = (16, 4)  # (BLOCK_H, num_warps)
 # Smallest number of list entries worth a split of its own.
@@ -349,16 +351,20 @@ def _num_sms(device_index: int) -> int:
 
 
 def pick_config(num_heads: int, batch: int) -> str:
-    """Static config choice by shape (tuned on H200; see docs/mma_decode_notes.md)."""
-    return "h16_t32_w8"
+    """Static choice by shape, from the H200 sweep in BENCHMARKS.md#mma-sparse-decode: 16-head
+    programs while rows are few (more programs in flight), 32-head programs (each KV tile
+    dequantised for twice the heads) once rows x heads fill the GPU."""
+    if num_heads <= 16:
+        return "h16_t16_w4" if batch >= 64 else "h16_t32_w8"
+    return "h32_t32_w8" if batch * num_heads >= 16 * 64 else "h16_t32_w8"
 
 
 def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int) -> int:
-    """Split the token list only while rows x head groups leave the SMs short of work."""
-    programs = batch * head_groups
-    want = -(-2 * sms // programs)
+    """Split each row's token list until rows x head groups x splits is about one wave of SMs
+    (more splits cost partial-output traffic and a combine pass); >= 64 entries per split."""
+    want = max(1, sms // (batch * head_groups))
     most = max(1, list_width // _MIN_TOKENS_PER_SPLIT)
-    return max(1, min(want, most))
+    return min(want, most)
 
 
 def _interpreted() -> bool:
