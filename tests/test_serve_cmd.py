@@ -45,6 +45,7 @@ def test_command_parses_with_the_pinned_server_argument_parser(case, tmp_path):
     assert ns.attention_backend == "dsv4" and ns.page_size == 256 and ns.kv_cache_dtype == "fp8_e4m3"
     assert ns.disable_cuda_graph is False                       # CUDA graphs on
     assert ns.chunked_prefill_size == ns.max_prefill_tokens == serve_cmd.PREFILL_CHUNK
+    assert ns.chunked_prefill_size % ns.page_size == 0          # ServerArgs.check_server_args asserts it
     assert ns.host == "127.0.0.1"
 
 
