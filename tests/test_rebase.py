@@ -97,10 +97,13 @@ def test_overlay_follows_a_moved_module(dry_run):
                 moved_any = True
                 assert old in patch.overlay
                 assert old.rsplit("/", 1)[1] == new.rsplit("/", 1)[1]
+            # P1's kernel sits next to the dispatcher it is wired into, which 0.5.16 moved to sglang/kernels/ops/attention/
             for rel in patch.overlay:
-                if rel.startswith("sglang/srt/layers/attention/") and "sglang/srt/layers/attention/flash_mla_sm120.py" in patch.paths \
-                        and r["result"] != "conflict":
+                if rel.startswith("sglang/srt/layers/attention/") and "sglang/srt/layers/attention/flash_mla_sm120.py" in patch.paths:
                     assert r["overlay_moves"][rel] == "sglang/kernels/ops/attention/" + rel.rsplit("/", 1)[1]
+            # an overlay file whose patch's files stayed put stays put (P4's kernel beside indexer.py)
+            if not any(d.startswith("moved ") for d in r["detail"]):
+                assert r["overlay_moves"] == {}, r
     if not moved_any:
         pytest.skip("no patch of the current series has an overlay file next to a moved module (P1 not in yet)")
 
@@ -203,6 +206,13 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
         norm = lambda ts: [(k, v if k not in ("Overlay", "Reached-If", "Unreached-If") else v.split(" ~ ")[0].rsplit("/", 1)[1]
                             + v[len(v.split(" ~ ")[0]):]) for k, v in ts]
         assert norm(p.trailers) == norm(original.trailers)
+
+    # overlay files moved with their modules: file and Overlay: trailer both at the new path
+    for e in final["upstreams"]:
+        for r in e["results"]:
+            for old, new in r["overlay_moves"].items():
+                assert not (repo / "overlay" / old).exists() and (repo / "overlay" / new).is_file()
+                assert any(new in p.overlay for _, p in refreshed)
 
     # the refreshed series applies to the new pristine release and round-trips byte for byte
     engine = Engine.from_repo(repo)
