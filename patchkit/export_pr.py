@@ -199,7 +199,10 @@ def run(engine, args) -> int:
     base = f"{up.package} {up.tag or up.version} ({head[:12]})"
     body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
     body_path.parent.mkdir(parents=True, exist_ok=True)
-    body_path.write_text(pr_body(patch, Path(engine.lock.path).resolve().parent, kinds, base), encoding="utf-8")
+    body = pr_body(patch, Path(engine.lock.path).resolve().parent, kinds, base)
+    body_path.write_text(body, encoding="utf-8")
+    # also git's own place for it, which `git format-patch --cover-from-description` and request-pull read
+    _ugit(repo, "config", f"branch.{branch}.description", body)
     print(f"export-pr: {repo}: branch {branch} = {commit[:12]} on {up.tag or head[:12]} "
           f"({len(files)} file(s): {', '.join(files)})")
     print(f"export-pr: PR body written to {body_path}")

@@ -101,6 +101,7 @@ def test_every_patch_exports_as_one_commit_on_the_release_tag(checkouts, overlay
         assert author in patch.path.read_text()
         # the PR body: motivation, change, evidence (named, with the BENCHMARKS.md section if it exists), test plan
         body = body_file.read_text()
+        assert git(repo, "config", f"branch.{branch}.description").rstrip("\n") == body.rstrip("\n")
         for heading in ("## Motivation", "## Change", "## Evidence", "## Test plan"):
             assert heading in body
         assert patch.trailer("Evidence"), f"{patch.name} names no evidence"
