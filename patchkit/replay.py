@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import PatchkitError
 from .chain import _OFFSET_RE
-from .conditions import Condition, conditions_of, unreached_reasons
+from .conditions import conditions_of, unreached_reasons
 from .gitcmd import git, init_repo
 from .patchfile import PatchFile, _split_message
 from .pristine import Pristine

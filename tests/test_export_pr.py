@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -43,7 +44,6 @@ def checkouts(tmp_path_factory) -> dict[str, Path]:
         wheel = pristine_wheel(name)
         prefix = repo / up.repo_prefix if up.repo_prefix else repo
         wheel.unpack(prefix, root=up.root)
-        import shutil
         shutil.rmtree(prefix / wheel.dist_info())
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"Release {up.tag}")

@@ -18,7 +18,6 @@ from engine_fixtures import snapshot
 from patchkit.conditions import conditions_of, unreached_reasons
 from patchkit.engine import Engine
 from patchkit.patchfile import parse_patch
-from patchkit.pristine import Pristine
 from patchkit.series import load_series
 from patchkit.state import APPLIED
 from patchkit.worktree import roundtrip_differences
@@ -154,7 +153,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
     assert not (repo / "build" / "rebase").exists()
 
     # 2. again; resolve every conflict with a scripted edit and continue until the series is refreshed
-    data = _stop_at_conflict(repo)
+    _stop_at_conflict(repo)
     work = repo / "build" / "rebase" / "repos"
     resolved = []
     for attempt in range(8):
