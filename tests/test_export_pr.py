@@ -89,6 +89,11 @@ def test_every_patch_exports_as_one_commit_on_the_release_tag(checkouts, overlay
         # it applies onto the tag as a mail patch (what a reviewer would `git am`)
         mail = git(repo, "format-patch", "-1", "--stdout", branch)
         git(repo, "apply", "--check", "-", input=mail)
+        # the change is this patch's alone, even where an earlier patch of the series touches the same file
+        added = lambda diff: {l[1:] for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")}
+        mine = added(patch.path.read_text().split("\ndiff --git ", 1)[1])
+        for rel in set(patch.paths):
+            assert added(git(repo, "diff", tag, branch, "--", prefix + rel)) <= mine, rel
         # files only this patch touches end up exactly as the engine's fully patched tree has them
         others = {q for n, _, p in patches if p is not patch and n == name for q in p.paths}
         for rel in set(patch.paths) - others:
