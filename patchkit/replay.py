@@ -137,7 +137,8 @@ def failing_hunks(repo: Path, text: str, scratch: Path) -> list[str]:
         scratch.write_text(one)
         ok, _ = _apply_check(repo, scratch)
         if not ok:
-            bad.append(f"{path} hunk {n} ({header[:60]})")
+            there = _apply_check(repo, scratch, reverse=True)[0]
+            bad.append(f"{path} hunk {n} ({header[:60]})" + (": already in the new release" if there else ""))
     return bad
 
 
