@@ -224,6 +224,7 @@ class Replayer:
         if _apply_check(self.repo, current, reverse=True)[0]:
             out.result = UPSTREAM
             out.detail.append("reverse-applies on the new release: propose dropping it")
+            out.detail += [f"its header says Upstream-Status: {v}" for v in patch.trailer("Upstream-Status")]
             self._drop_overlay(patch, out)
             return out
         self._retarget_overlay(patch, out)
