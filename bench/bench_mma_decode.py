@@ -226,7 +226,7 @@ def main() -> None:
     sweep = []
     if args.sweep:
         # Candidate configs (BLOCK_H, BLOCK_T, warps, stages) x split counts, every shape.
-        variants = [(16, 32, 8, 1), (32, 32, 8, 1), (16, 16, 4, 1), (64, 32, 8, 1)]
+        variants = [(16, 32, 8, 1), (32, 32, 8, 1), (16, 16, 4, 1), (16, 64, 8, 1)]
         for s in shapes:
             inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
             width = s.topk + s.extra_topk
