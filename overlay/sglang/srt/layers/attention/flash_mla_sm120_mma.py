@@ -32,11 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-_NOPE_DIM = 448
-_ROPE_DIM = 64
-_D = 512
-_TOKEN_STRIDE = 576  # data bytes per token (nope fp8 + rope bf16)
-_SCALE_STRIDE = 8  # scale bytes per token in the page footer (7 used)
+_D = 512  # q / output head dim: 448 nope + 64 rope
 _LOG2E = 1.4426950408889634
 
 
@@ -52,8 +48,8 @@ def _dequant(raw, scale_bytes, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
 
 @triton.jit
 def _q_chunk(q_ptrs, q_mask, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
-    # Re-read from L1 every tile on purpose: a [BLOCK_H, 512] MMA operand held in registers
-    # across the loop costs 128 registers per warp and spills.
+    # Loaded at each use inside the loop: Triton then keeps q in shared memory, where a
+    # [BLOCK_H, 512] MMA operand held in registers would cost 128 registers per warp.
     return tl.load(q_ptrs + G * 64, mask=q_mask, other=0.0).to(MMA_DTYPE)
 
 
@@ -87,7 +83,7 @@ def _load_tile(
     HAS_EXTRA: tl.constexpr,
 ):
     """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
-    [T, 64], the bf16 rope [T, 64] and the 8 scale bytes [T, 8] of each token."""
+    [T, 2, 32], the bf16 rope [T, 64] and the 8 scale-footer bytes [T, 8] of each token."""
     valid = idx >= 0
     idx = tl.where(valid, idx, 0)
     base = main_u8
