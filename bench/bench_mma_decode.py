@@ -169,7 +169,8 @@ def copy_bandwidth() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true", help="also time config / split variants (H=64)")
-    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench")))
+    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "build" / "bench")),
+                    help="where the JSON and the PNG go (default: $OUT or build/bench)")
     ap.add_argument("--no-upstream", action="store_true")
     args = ap.parse_args()
     out_dir = Path(args.out)
