@@ -47,8 +47,9 @@ test: $(VENV)/.installed
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry.
+# test_flashinfer_compile.py needs no GPU but depends on the torch version's Dynamo: run it on the runtime's torch too.
 test-gpu:
-	$(PYTHON) -m pytest -q tests/gpu
+	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/test_flashinfer_compile.py
 
 # Every GPU benchmark (bench/bench_*.py) in turn; each prints its command, machine, versions and a table.
 bench:
