@@ -44,6 +44,16 @@ def markdown_section(text: str, anchor: str) -> str | None:
     return "\n".join(lines[start:end]).strip()
 
 
+def _demote(markdown: str) -> str:
+    """Headings one level down (outside code fences), so a quoted section nests under '## Evidence'."""
+    out, fenced = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        out.append("#" + line if not fenced and _HEADING_RE.match(line) and not line.startswith("######") else line)
+    return "\n".join(out)
+
+
 def commit_message(patch: PatchFile) -> str:
     """Subject, body, and only the trailers that are meaningful upstream (e.g. Signed-off-by)."""
     kept = [f"{k}: {v}" for k, v in patch.trailers if k.lower() not in OVERLAY_TRAILERS]
@@ -57,7 +67,7 @@ def _evidence(value: str, repo: Path) -> str:
     if anchor and path.is_file():
         section = markdown_section(path.read_text(encoding="utf-8"), anchor)
         if section:
-            return f"From `{value}` in the overlay repository:\n\n{section}"
+            return f"From `{value}` in the overlay repository:\n\n{_demote(section)}"
         return f"`{value}`: the overlay repository's {target} has no section #{anchor} yet."
     if path.is_file():
         return f"`{value}` in the overlay repository (red on the unpatched release, green with this change)."

@@ -116,7 +116,7 @@ def test_every_patch_exports_as_one_commit_on_the_release_tag(checkouts, overlay
             if anchor and (overlay_repo / target).is_file():
                 section = markdown_section((overlay_repo / target).read_text(), anchor)
                 if section:
-                    assert section.splitlines()[0] in body and section.splitlines()[-1] in body
+                    assert "#" + section.splitlines()[0] in body and section.splitlines()[-1] in body
         for t in patch.trailer("Test"):
             assert t in body
         for rel in touched:
