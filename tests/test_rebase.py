@@ -239,3 +239,62 @@ def test_a_tampered_download_is_refused_before_anything_is_written(tmp_path):
     assert proc.returncode == 1
     assert "sha256 mismatch" in proc.stderr and NEW_FLASHINFER_WHEEL in proc.stderr
     assert data_snapshot(repo) == before and not (repo / "build" / "rebase").exists()
+
+
+def _make_patch(tmp: Path, pristine_file: bytes, rel: str, edit, message: str) -> Path:
+    """A format-patch file made with git from a real release file, as the series' authors make theirs."""
+    from patchkit.gitcmd import git, init_repo
+    from patchkit.worktree import FORMAT_PATCH_ARGS
+
+    wt = init_repo(tmp / "author")
+    (wt / rel).parent.mkdir(parents=True)
+    (wt / rel).write_bytes(pristine_file)
+    git(wt, "add", "-A")
+    git(wt, "commit", "-qm", "pristine")
+    (wt / rel).write_bytes(edit(pristine_file))
+    git(wt, "commit", "-qam", message)
+    out = git(wt, *FORMAT_PATCH_ARGS, "-1", "HEAD", "-o", str(tmp / "out")).stdout.split()
+    return Path(out[0])
+
+
+def test_a_patch_on_a_moved_module_is_refreshed_at_the_new_path_with_its_overlay(tmp_path):
+    """0.5.16 moved flash_mla_sm120_triton.py unchanged to sglang/kernels/ops/attention/: a patch on it applies
+    there (offset: moved), and the overlay module it claims, its Overlay: and Reached-If: trailers move too."""
+    from conftest import pristine_wheel
+
+    repo = repo_copy(tmp_path / "repo")
+    old = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
+    helper = "sglang/srt/layers/attention/flash_mla_sm120_helper.py"
+    patch = _make_patch(
+        tmp_path, pristine_wheel("sglang").read(old), old,
+        lambda b: b.replace(b"Grid: (B, H)", b"Grid: (B, H); see flash_mla_sm120_helper", 1),
+        "test: a docstring note on the moved kernel\n\nbody\n\nUpstream-Status: Pending\nEvidence: none\n"
+        f"Test: tests/test_rebase.py\nOverlay: {helper}\nReached-If: {old} ~ _tiled_sparse_decode_kernel\n")
+    series_dir = repo / "patches" / "sglang"
+    for f in series_dir.glob("*.patch"):
+        f.unlink()
+    (series_dir / patch.name).write_bytes(patch.read_bytes())
+    (series_dir / "series").write_text(patch.name + "\n")
+    for f in (repo / "overlay" / "sglang").rglob("*"):
+        if f.is_file():
+            f.unlink()
+    (repo / "overlay" / helper).parent.mkdir(parents=True, exist_ok=True)
+    (repo / "overlay" / helper).write_text("HELPER = 1\n")
+
+    proc = cli(repo, "rebase", "--to", "0.5.17", "--json", str(repo / "report.json"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (result,) = json.loads((repo / "report.json").read_text())["upstreams"][0]["results"]
+    new = "sglang/kernels/ops/attention/flash_mla_sm120_triton.py"
+    new_helper = "sglang/kernels/ops/attention/flash_mla_sm120_helper.py"
+    assert result["result"] == "offset" and f"moved {old} -> {new}" in result["detail"]
+    assert result["overlay_moves"] == {helper: new_helper} and result["unreached"] == []
+    (refreshed,) = [p for name, p in series_patches(repo) if name == "sglang"]
+    assert refreshed.paths == [new]
+    assert refreshed.overlay == [new_helper] and (repo / "overlay" / new_helper).read_text() == "HELPER = 1\n"
+    assert not (repo / "overlay" / helper).exists()
+    assert ("Reached-If", f"{new} ~ _tiled_sparse_decode_kernel") in refreshed.trailers
+    assert tomllib.loads((repo / "pin.lock").read_text())["upstream"]["flashinfer"]["version"] != "0.6.15.post1"
+    engine = Engine.from_repo(repo)
+    up = engine.lock.upstream("sglang")
+    assert roundtrip_differences(engine.series("sglang"), engine.pristine("sglang"), up.root, "sglang 0.5.17") == []
+    assert b"see flash_mla_sm120_helper" in engine.chain("sglang").files[new].final
