@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from . import PatchkitError
+from .backup import mirror, restore, snapshot
 from .fetch import fetch
 from .index import find_release
 from .lockedit import update_lock_text
@@ -100,47 +101,6 @@ def _new_pin(lock, name: str, version: str) -> Upstream:
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag)
 
 
-def _snapshot(repo: Path, dest: Path) -> None:
-    dest.mkdir(parents=True)
-    shutil.copy2(repo / "pin.lock", dest / "pin.lock")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for d in ("patches", "overlay"):
-        if (repo / d).is_dir():
-            shutil.copytree(repo / d, dest / d, ignore=ignore)
-        else:
-            (dest / d).mkdir()
-
-
-def _files(root: Path) -> dict[str, Path]:
-    if not root.is_dir():
-        return {}
-    return {f.relative_to(root).as_posix(): f for f in root.rglob("*")
-            if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"}
-
-
-def _mirror(src: Path, dst: Path) -> None:
-    """Make dst hold exactly src's files (ignoring bytecode), writing only what differs."""
-    want, have = _files(src), _files(dst)
-    for rel, f in have.items():
-        if rel not in want:
-            f.unlink()
-    for rel, f in want.items():
-        target = dst / rel
-        if rel not in have or target.read_bytes() != f.read_bytes():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, target)
-    for d in sorted((p for p in dst.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        if not any(d.iterdir()):
-            d.rmdir()
-
-
-def _restore(repo: Path, backup: Path) -> None:
-    (repo / "pin.lock").write_bytes((backup / "pin.lock").read_bytes())
-    for d in ("patches", "overlay"):
-        (repo / d).mkdir(exist_ok=True)
-        _mirror(backup / d, repo / d)
-
-
 def _repo_root(engine) -> Path:
     return Path(engine.lock.path).resolve().parent
 
@@ -173,7 +133,7 @@ def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) 
         if not dry_run:
             if base.exists():
                 shutil.rmtree(base)
-            _snapshot(repo, base / "backup")
+            snapshot(repo, base / "backup")
             src = base / "backup"
         else:
             src = repo
@@ -297,7 +257,7 @@ def abort(engine) -> int:
         print("rebase --abort: no rebase in progress")
         return 0
     if (base / "backup" / "pin.lock").exists():
-        _restore(repo, base / "backup")
+        restore(repo, base / "backup")
     shutil.rmtree(base)
     print(f"rebase --abort: restored pin.lock, patches/ and overlay/; removed {base}")
     return 0
@@ -318,7 +278,7 @@ def _refresh(engine, base: Path, state: dict) -> None:
         for name, files in exported.items():
             write_series(files, repo / "patches" / name)
         (repo / "overlay").mkdir(exist_ok=True)
-        _mirror(base / "overlay", repo / "overlay")
+        mirror(base / "overlay", repo / "overlay")
         (repo / "pin.lock").write_text(lock_text)
         fresh = Engine.from_repo(repo)
         for name in exported:
@@ -328,7 +288,7 @@ def _refresh(engine, base: Path, state: dict) -> None:
             if problems:
                 raise PatchkitError(f"refreshed series {name} does not round-trip: {problems[0]}")
     except BaseException:
-        _restore(repo, base / "backup")
+        restore(repo, base / "backup")
         raise
     shutil.rmtree(base)
     for e in state["upstreams"]:
