@@ -1,0 +1,516 @@
+"""v5 candidate of the P1 MMA sparse decode (experiment; unmeasured on a GPU).
+
+Same contract and entry points as the shipped kernel
+(overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py, "v4"): `mma_sparse_decode(...)`
+and `flash_mla_sparse_decode_mma(...)`. What changes inside the main loop:
+
+* DEFER_SCALES: the fp8 nope columns go to the MMA as fp16 straight from
+  `cvt e4m3x2 -> f16x2` (exact: e4m3 is a subset of f16), with no per-element scale multiply
+  and no f16 -> bf16 conversion. The UE8M0 scales are applied to the [BLOCK_H, T] products
+  instead: scores s += dot(q_g, k8_g^T) * 2^(e[t,g]-127), and for P.V the probabilities of
+  column group g are p * 2^(e[t,g]-E) with E the running maximum scale exponent of the program
+  (so the fp16 P operand is <= 1; the accumulators are in units of 2^(E-127), rescaled with
+  the softmax alpha when E grows). q is scaled per head by a power of two so that its
+  largest nope value lies in [2^7, 2^8) (fp16 range; the inverse goes into the score scale).
+  The rope group (bf16 in the cache) stays a bf16 MMA as in v4.
+* POW2_PAGES: page / offset of a cache index by shift and mask (every DSv4 pool has a
+  power-of-two page size) instead of a 32-bit integer division per token.
+
+Shared pieces (index loads, sink, split combine, launch helpers) are imported from the
+shipped module by file path, not copied.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+_SHIPPED_PATH = Path(__file__).resolve().parents[2] / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+
+
+def _load_shipped():
+    name = "flash_mla_sm120_mma_for_v5"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, _SHIPPED_PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+v4 = _load_shipped()
+_load_indices = v4._load_indices
+_sink_weight = v4._sink_weight
+_combine_splits_kernel = v4._combine_splits_kernel
+_D = v4._D
+_LOG2E = v4._LOG2E
+
+
+@triton.jit
+def _pow2(e):
+    """2^(e-127) as float32 for an int32 biased exponent e in [1, 254] (exact)."""
+    return (e << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _group_col(x8, G: tl.constexpr):
+    """Column G of a [T, 8] tensor whose 8 columns sit in one thread (no shuffles)."""
+    grp = tl.arange(0, 8)
+    return tl.sum(tl.where(grp[None, :] == G, x8, 0), axis=1)
+
+
+@triton.jit
+def _k_f16(raw, MMA16: tl.constexpr):
+    """fp8 [T, 2, 32] -> [T, 64] fp16, unscaled (one cvt per two values on sm_89+)."""
+    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA16)
+    return tl.reshape(k, [raw.shape[0], 64])
+
+
+@triton.jit
+def _k_scaled(raw, sc8_i32, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+    """v4's dequant (DEFER_SCALES=False): fp8 [T, 2, 32] times 2^(e-127) -> [T, 64] bf16."""
+    sc = _pow2(_group_col(sc8_i32, G)).to(MMA_DTYPE)
+    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None, None]
+    return tl.reshape(k, [raw.shape[0], 64])
+
+
+@triton.jit
+def _q16(q_ptrs, q_mask, qscale, G: tl.constexpr, MMA16: tl.constexpr):
+    # Power-of-two prescale: exact, keeps the fp16 operand in range. Loop-invariant, so Triton
+    # hoists it with the load and keeps the result in shared memory as in v4.
+    q = tl.load(q_ptrs + G * 64, mask=q_mask, other=0.0).to(tl.float32) * qscale[:, None]
+    return q.to(tl.float16).to(MMA16)
+
+
+@triton.jit
+def _q_chunk(q_ptrs, q_mask, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+    return tl.load(q_ptrs + G * 64, mask=q_mask, other=0.0).to(MMA_DTYPE)
+
+
+@triton.jit
+def _load_tile(
+    idx, pos, n_main,
+    main_u8, main_page, main_page_bytes, main_shift, extra_u8, extra_page, extra_page_bytes, extra_shift,
+    HAS_EXTRA: tl.constexpr, POW2_PAGES: tl.constexpr,
+):
+    """v4's tile load (7 fp8 groups [T, 2, 32], bf16 rope [T, 64], scale bytes [T, 8]), with
+    shift/mask page addressing when every page size is a power of two."""
+    valid = idx >= 0
+    idx = tl.where(valid, idx, 0)
+    base = main_u8
+    page_size = main_page
+    shift = main_shift
+    page_bytes = main_page_bytes.to(tl.int64)
+    if HAS_EXTRA:
+        in_main = pos < n_main
+        base = tl.where(in_main, main_u8, extra_u8)
+        page_size = tl.where(in_main, main_page, extra_page)
+        shift = tl.where(in_main, main_shift, extra_shift)
+        page_bytes = tl.where(in_main, main_page_bytes, extra_page_bytes).to(tl.int64)
+    if POW2_PAGES:
+        page = (idx >> shift).to(tl.int64)
+        off = idx & (page_size - 1)
+    else:
+        page = (idx // page_size).to(tl.int64)
+        off = idx % page_size
+    data = base + tl.multiple_of(page * page_bytes + off * 576, 64)
+    scale = base + (page * page_bytes + (page_size * 576 + off * 8))
+    dim = tl.arange(0, 64)
+    m = valid[:, None]
+    d3 = (tl.arange(0, 2)[:, None] * 32 + tl.arange(0, 32)[None, :])[None, :, :]
+    p3 = data[:, None, None] + d3
+    m3 = valid[:, None, None]
+    r0 = tl.load(p3, mask=m3, other=0)
+    r1 = tl.load(p3 + 64, mask=m3, other=0)
+    r2 = tl.load(p3 + 128, mask=m3, other=0)
+    r3 = tl.load(p3 + 192, mask=m3, other=0)
+    r4 = tl.load(p3 + 256, mask=m3, other=0)
+    r5 = tl.load(p3 + 320, mask=m3, other=0)
+    r6 = tl.load(p3 + 384, mask=m3, other=0)
+    rope = tl.load((data + 448).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
+    sc8 = tl.load(scale[:, None] + tl.arange(0, 8)[None, :], mask=m, other=127)
+    return r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid
+
+
+@triton.jit
+def _store_chunk(ptrs, acc, factor, mask, G: tl.constexpr):
+    o = acc * factor[:, None]
+    tl.store(ptrs + G * 64, o.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _mma_sparse_decode_v5_kernel(
+    q_ptr,
+    stride_qb,
+    stride_qh,
+    main_u8,
+    main_idx,
+    main_idx_stride,
+    main_len,
+    main_topk,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_idx,
+    extra_idx_stride,
+    extra_len,
+    extra_topk,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    sink_ptr,
+    out_ptr,
+    lse_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    H,
+    num_splits,
+    qk_scale_log2,
+    HAS_MAIN_LEN: tl.constexpr,
+    HAS_EXTRA: tl.constexpr,
+    HAS_EXTRA_LEN: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    DEFER_SCALES: tl.constexpr,
+    POW2_PAGES: tl.constexpr,
+    MMA_DTYPE: tl.constexpr,  # bf16 (rope group; all groups without DEFER_SCALES); fp32 interpreted
+    MMA16: tl.constexpr,  # fp16 (deferred-scale nope groups); fp32 of fp16-rounded values interpreted
+):
+    hg = tl.program_id(0)
+    split = tl.program_id(1)
+    row = tl.program_id(2).to(tl.int64)
+
+    heads = hg * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    dim = tl.arange(0, 64)
+    q_ptrs = q_ptr + row * stride_qb + heads[:, None] * stride_qh + dim[None, :]
+    q_mask = head_ok[:, None]
+
+    n_main = main_topk
+    if HAS_MAIN_LEN:
+        n_main = tl.minimum(tl.load(main_len + row), main_topk)
+    n_main = tl.maximum(n_main, 0)
+    n_extra = 0
+    if HAS_EXTRA:
+        n_extra = extra_topk
+        if HAS_EXTRA_LEN:
+            n_extra = tl.minimum(tl.load(extra_len + row), extra_topk)
+        n_extra = tl.maximum(n_extra, 0)
+    total = n_main + n_extra
+    chunk = tl.cdiv(tl.cdiv(total, num_splits), BLOCK_T) * BLOCK_T
+    start = split * chunk
+    end = tl.minimum(start + chunk, total)
+
+    # Per-head power of two putting the largest |q| nope value in [2^7, 2^8): exact, fp16-safe.
+    qscale = tl.full([BLOCK_H], 1.0, tl.float32)
+    score_scale = tl.full([BLOCK_H], 1.0, tl.float32) * qk_scale_log2
+    if DEFER_SCALES:
+        amax = tl.zeros([BLOCK_H], tl.float32)
+        for g in tl.static_range(7):
+            qg = tl.load(q_ptrs + g * 64, mask=q_mask, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(qg), 1))
+        q_exp = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased exponent of amax
+        q_exp = tl.minimum(tl.maximum(q_exp, 8), 253)
+        qscale = _pow2(261 - q_exp)  # 2^(7 - (q_exp - 127))
+        score_scale = qk_scale_log2 * _pow2(q_exp - 7)
+    grp8 = tl.arange(0, 8)
+
+    m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    e_run = tl.full([], 1, tl.int32)  # running max scale exponent of the nope groups (accumulators in 2^(e_run-127))
+    acc0 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc1 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc2 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc3 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc4 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc5 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc6 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc7 = tl.zeros([BLOCK_H, 64], tl.float32)
+    pos = start + tl.arange(0, BLOCK_T)
+    idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+    r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = _load_tile(
+        idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
+        extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
+    pos += BLOCK_T
+    idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+    for t0 in range(start, end, BLOCK_T):
+        n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid = _load_tile(
+            idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
+            extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
+        pos += BLOCK_T
+        idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+
+        e8 = sc8.to(tl.int32)
+        k7 = rope.to(MMA_DTYPE)
+        if DEFER_SCALES:
+            # s = sum_g (q_g . k8_g^T) * 2^(e[t,g]-127): the scale multiplies [BLOCK_H, T] products,
+            # not [T, 64] K elements, and K needs one cvt per two values.
+            sc = _pow2(e8)
+            k0 = _k_f16(r0, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 0, MMA16), tl.trans(k0)) * _group_col(sc, 0)[None, :]
+            k1 = _k_f16(r1, MMA16)
+            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 1, MMA16), tl.trans(k1)) * _group_col(sc, 1)[None, :]
+            k2 = _k_f16(r2, MMA16)
+            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 2, MMA16), tl.trans(k2)) * _group_col(sc, 2)[None, :]
+            k3 = _k_f16(r3, MMA16)
+            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 3, MMA16), tl.trans(k3)) * _group_col(sc, 3)[None, :]
+            k4 = _k_f16(r4, MMA16)
+            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 4, MMA16), tl.trans(k4)) * _group_col(sc, 4)[None, :]
+            k5 = _k_f16(r5, MMA16)
+            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 5, MMA16), tl.trans(k5)) * _group_col(sc, 5)[None, :]
+            k6 = _k_f16(r6, MMA16)
+            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 6, MMA16), tl.trans(k6)) * _group_col(sc, 6)[None, :]
+            # rope (bf16): q_rope carries the same power-of-two prescale (exact in bf16).
+            q7 = (tl.load(q_ptrs + 7 * 64, mask=q_mask, other=0.0).to(tl.float32) * qscale[:, None])
+            s = tl.dot(q7.to(tl.bfloat16).to(MMA_DTYPE), tl.trans(k7), s)
+        else:
+            k0 = _k_scaled(r0, e8, 0, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
+            k1 = _k_scaled(r1, e8, 1, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1), s)
+            k2 = _k_scaled(r2, e8, 2, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
+            k3 = _k_scaled(r3, e8, 3, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s)
+            k4 = _k_scaled(r4, e8, 4, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
+            k5 = _k_scaled(r5, e8, 5, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
+            k6 = _k_scaled(r6, e8, 6, MMA_DTYPE)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
+            s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
+
+        s = tl.where(valid[None, :], s * score_scale[:, None], float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+        a = alpha[:, None]
+        acc7 = tl.dot(p.to(tl.bfloat16).to(MMA_DTYPE), k7, acc7 * a)
+        if DEFER_SCALES:
+            # P of group g = p * 2^(e[t,g] - e_run) <= 1 (fp16); the nope accumulators move to the
+            # new e_run with the softmax rescale (one [BLOCK_H] multiply, no extra pass).
+            e_tile = tl.max(tl.max(tl.where(valid[:, None] & (grp8[None, :] < 7), e8, 1), 1), 0)
+            e_new = tl.maximum(e_run, e_tile)
+            a = (alpha * _pow2(tl.maximum(e_run - e_new + 127, 1)))[:, None]
+            e_run = e_new
+            w = _pow2(tl.maximum(e8 - e_new + 127, 1))
+            acc0 = tl.dot((p * _group_col(w, 0)[None, :]).to(tl.float16).to(MMA16), k0, acc0 * a)
+            acc1 = tl.dot((p * _group_col(w, 1)[None, :]).to(tl.float16).to(MMA16), k1, acc1 * a)
+            acc2 = tl.dot((p * _group_col(w, 2)[None, :]).to(tl.float16).to(MMA16), k2, acc2 * a)
+            acc3 = tl.dot((p * _group_col(w, 3)[None, :]).to(tl.float16).to(MMA16), k3, acc3 * a)
+            acc4 = tl.dot((p * _group_col(w, 4)[None, :]).to(tl.float16).to(MMA16), k4, acc4 * a)
+            acc5 = tl.dot((p * _group_col(w, 5)[None, :]).to(tl.float16).to(MMA16), k5, acc5 * a)
+            acc6 = tl.dot((p * _group_col(w, 6)[None, :]).to(tl.float16).to(MMA16), k6, acc6 * a)
+        else:
+            pb = p.to(tl.bfloat16).to(MMA_DTYPE)
+            acc0 = tl.dot(pb, k0, acc0 * a)
+            acc1 = tl.dot(pb, k1, acc1 * a)
+            acc2 = tl.dot(pb, k2, acc2 * a)
+            acc3 = tl.dot(pb, k3, acc3 * a)
+            acc4 = tl.dot(pb, k4, acc4 * a)
+            acc5 = tl.dot(pb, k5, acc5 * a)
+            acc6 = tl.dot(pb, k6, acc6 * a)
+        r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid
+
+    has_tok = l_i > 0.0
+    inv_l = 1.0 / tl.where(has_tok, l_i, 1.0)
+    lse2 = tl.where(has_tok, m_i + tl.math.log2(tl.where(has_tok, l_i, 1.0)), float("-inf"))
+    if SPLIT:
+        base = (row * num_splits + split) * H + heads
+        tl.store(part_lse_ptr + base, lse2, mask=head_ok)
+        o_ptrs = part_out_ptr + base[:, None] * 512 + dim[None, :]
+        factor = inv_l
+    else:
+        factor = tl.where(has_tok, inv_l, 0.0)
+        lse_out = lse2
+        if HAS_SINK:
+            sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
+            wsink, lse_out = _sink_weight(lse2, sink2)
+            factor = tl.where(has_tok, factor * wsink, 0.0)
+        tl.store(lse_ptr + row * H + heads, lse_out * 0.6931471805599453, mask=head_ok)
+        o_ptrs = out_ptr + (row * H + heads)[:, None] * 512 + dim[None, :]
+    o_mask = head_ok[:, None]
+    nope_factor = factor
+    if DEFER_SCALES:
+        nope_factor = factor * tl.math.exp2((e_run - 127).to(tl.float32))
+    _store_chunk(o_ptrs, acc0, nope_factor, o_mask, 0)
+    _store_chunk(o_ptrs, acc1, nope_factor, o_mask, 1)
+    _store_chunk(o_ptrs, acc2, nope_factor, o_mask, 2)
+    _store_chunk(o_ptrs, acc3, nope_factor, o_mask, 3)
+    _store_chunk(o_ptrs, acc4, nope_factor, o_mask, 4)
+    _store_chunk(o_ptrs, acc5, nope_factor, o_mask, 5)
+    _store_chunk(o_ptrs, acc6, nope_factor, o_mask, 6)
+    _store_chunk(o_ptrs, acc7, factor, o_mask, 7)
+
+
+# (BLOCK_H, BLOCK_T, num_warps, num_stages, DEFER_SCALES). Compiled for sm_120 and sm_90 by
+# tests/test_mma_aot_v5.py (shared memory, spills); instruction mix in count_instructions.py.
+V5_CONFIGS = {
+    "h16_t64_w8": (16, 64, 8, 1, True),
+    "h32_t32_w8": (32, 32, 8, 1, True),
+}
+pick_num_splits = v4.pick_num_splits
+pick_config = v4.pick_config  # same shape rule as v4 (same config names)
+
+
+def _interpreted() -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_mma_sparse_decode_v5_kernel, InterpretedFunction)
+
+
+def _page_shift(page_size: int) -> Optional[int]:
+    return page_size.bit_length() - 1 if page_size > 0 and page_size & (page_size - 1) == 0 else None
+
+
+def mma_sparse_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    softmax_scale: float,
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+    config=None,
+    num_splits: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """As v4's `mma_sparse_decode`; `config` is a V5_CONFIGS name or a
+    (BLOCK_H, BLOCK_T, warps, stages, DEFER_SCALES) tuple."""
+    B, s_q, H, D = q.shape
+    assert s_q == 1 and D == _D, f"expected q [B, 1, H, 512], got {tuple(q.shape)}"
+    assert k_cache.element_size() == 1 and k_cache.shape[-1] == 584
+    has_extra = extra_k_cache is not None and extra_indices is not None
+    q3 = q.reshape(B, H, D)
+    if q3.stride(-1) != 1:
+        q3 = q3.contiguous()
+
+    main_idx = v4._int32_rows(indices, B)
+    main_u8 = v4._flat_u8(k_cache)
+    main_page = k_cache.shape[1]
+    if has_extra:
+        assert extra_k_cache.element_size() == 1 and extra_k_cache.shape[-1] == 584
+        extra_idx = v4._int32_rows(extra_indices, B)
+        extra_u8 = v4._flat_u8(extra_k_cache)
+        extra_page, extra_page_bytes = extra_k_cache.shape[1], extra_k_cache.stride(0)
+    else:
+        extra_idx, extra_u8 = main_idx, main_u8
+        extra_page, extra_page_bytes = 1, 0
+    width = main_idx.shape[1] + (extra_idx.shape[1] if has_extra else 0)
+    main_shift, extra_shift = _page_shift(main_page), _page_shift(extra_page)
+    pow2 = main_shift is not None and extra_shift is not None
+
+    if config is None:
+        config = pick_config(H, B)
+    block_h, block_t, warps, stages, defer = V5_CONFIGS[config] if isinstance(config, str) else config
+    head_groups = triton.cdiv(H, block_h)
+    if num_splits is None:
+        sms = v4._num_sms(q.device.index) if q.is_cuda else 8
+        num_splits = pick_num_splits(B, head_groups, width, sms)
+    split = num_splits > 1
+
+    out = torch.empty(B, H, D, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(B, H, dtype=torch.float32, device=q.device)
+    if split:
+        part_out = torch.empty(B, num_splits, H, D, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(B, num_splits, H, dtype=torch.float32, device=q.device)
+    else:
+        part_out, part_lse = out, lse  # unused
+    dummy_len = main_idx
+    sink = attn_sink if attn_sink is not None else lse
+    if attn_sink is not None and attn_sink.dtype != torch.float32:
+        sink = attn_sink.float()
+    interp = _interpreted()
+
+    _mma_sparse_decode_v5_kernel[(head_groups, num_splits, B)](
+        q3, q3.stride(0), q3.stride(1),
+        main_u8, main_idx, main_idx.stride(0),
+        topk_length if topk_length is not None else dummy_len,
+        main_idx.shape[1], main_page, k_cache.stride(0), main_shift or 0,
+        extra_u8, extra_idx, extra_idx.stride(0),
+        extra_topk_length if (has_extra and extra_topk_length is not None) else dummy_len,
+        extra_idx.shape[1] if has_extra else 0, extra_page, extra_page_bytes, extra_shift or 0,
+        sink, out, lse, part_out, part_lse,
+        H, num_splits, softmax_scale * _LOG2E,
+        HAS_MAIN_LEN=topk_length is not None,
+        HAS_EXTRA=has_extra,
+        HAS_EXTRA_LEN=has_extra and extra_topk_length is not None,
+        HAS_SINK=attn_sink is not None,
+        SPLIT=split,
+        BLOCK_H=block_h,
+        BLOCK_T=block_t,
+        DEFER_SCALES=defer,
+        POW2_PAGES=pow2,
+        MMA_DTYPE=tl.float32 if interp else tl.bfloat16,
+        MMA16=tl.float32 if interp else tl.float16,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    if split:
+        cbh, cwarps = v4.COMBINE_CONFIG
+        _combine_splits_kernel[(B, triton.cdiv(H, cbh))](
+            part_out, part_lse, sink, out, lse, H, num_splits,
+            HAS_SINK=attn_sink is not None, BLOCK_H=cbh, num_warps=cwarps,
+        )
+    return out.unsqueeze(1), lse.unsqueeze(-1)
+
+
+@torch.library.custom_op("sglang_sm120_exp::mma_sparse_decode_v5", mutates_args=())
+def _mma_sparse_decode_v5_op(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    softmax_scale: float,
+    extra_k_cache: Optional[torch.Tensor],
+    extra_indices: Optional[torch.Tensor],
+    extra_topk_length: Optional[torch.Tensor],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    return mma_sparse_decode(
+        q, k_cache, indices, topk_length, attn_sink, softmax_scale,
+        extra_k_cache, extra_indices, extra_topk_length,
+    )
+
+
+@_mma_sparse_decode_v5_op.register_fake
+def _(q, k_cache, indices, topk_length, attn_sink, softmax_scale, extra_k_cache, extra_indices, extra_topk_length):
+    B, _, H, D = q.shape
+    return q.new_empty(B, 1, H, D), q.new_empty(B, H, 1, dtype=torch.float32)
+
+
+def flash_mla_sparse_decode_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    head_dim_v: int,
+    softmax_scale: Optional[float],
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Same contract as the shipped `flash_mla_sparse_decode_mma`."""
+    assert head_dim_v == _D, f"head_dim_v must be {_D}"
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** (-0.5)
+    if extra_k_cache is None or extra_indices is None:
+        extra_k_cache = extra_indices = extra_topk_length = None
+    return _mma_sparse_decode_v5_op(
+        q, k_cache, indices, topk_length, attn_sink, float(softmax_scale),
+        extra_k_cache, extra_indices, extra_topk_length,
+    )
