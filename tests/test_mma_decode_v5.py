@@ -3,7 +3,7 @@
 Same method as tests/test_mma_decode.py: the Triton kernels run on the CPU under
 TRITON_INTERPRET=1 on small shapes and are compared with `_sm120_sparse_decode_fwd` from the
 pinned flash_mla_sm120.py and with a float64 reference. Extra cases stress what v5 changes:
-KV scales spread over 2^-15..2^0 (deferred scales, fp16 P), q beyond the fp16 range (the
+KV scales spread over 2^-15..2^0 (fp16 K relative to the largest scale), q beyond the fp16 range (the
 per-head power-of-two prescale), a page size that is not a power of two (division path).
 """
 from __future__ import annotations
@@ -94,14 +94,14 @@ def _spread_scales(pool, page_size, gen, lo=112, hi=127):
     foot[..., :7] = torch.randint(lo, hi + 1, foot[..., :7].shape, generator=gen, dtype=torch.uint8)
 
 
-@pytest.mark.parametrize("defer", [True, False], ids=["deferred-scales", "dequant-scales"])
-def test_scales_spread_over_2e15(v5, oracle, defer):
-    """DSv4 KV scales range ~2^-15..2^0: the fp16 P operand (p * 2^(e - e_run)) must keep them."""
+@pytest.mark.parametrize("f16_rel", [True, False], ids=["fp16-relative-K", "bf16-dequant-K"])
+def test_scales_spread_over_2e15(v5, oracle, f16_rel):
+    """DSv4 KV scales range ~2^-15..2^0: fp16 K = fp8 * 2^(e - e_max) must keep them."""
     case = make_case(3, 16, 64, page_size=64, extra_topk=64, seed=21, sink_mode="random")
     gen = torch.Generator().manual_seed(22)
     _spread_scales(case.pool, case.page_size, gen)
     _spread_scales(case.extra_pool, case.extra_page_size, gen)
-    out, lse = _run(v5, case, config=(16, 32, 4, 1, defer))
+    out, lse = _run(v5, case, config=(16, 32, 4, 1, f16_rel))
     _check(out, lse, case, oracle)
 
 

@@ -4,15 +4,15 @@ Same contract and entry points as the shipped kernel
 (overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py, "v4"): `mma_sparse_decode(...)`
 and `flash_mla_sparse_decode_mma(...)`. What changes inside the main loop:
 
-* DEFER_SCALES: the fp8 nope columns go to the MMA as fp16 straight from
-  `cvt e4m3x2 -> f16x2` (exact: e4m3 is a subset of f16), with no per-element scale multiply
-  and no f16 -> bf16 conversion. The UE8M0 scales are applied to the [BLOCK_H, T] products
-  instead: scores s += dot(q_g, k8_g^T) * 2^(e[t,g]-127), and for P.V the probabilities of
-  column group g are p * 2^(e[t,g]-E) with E the running maximum scale exponent of the program
-  (so the fp16 P operand is <= 1; the accumulators are in units of 2^(E-127), rescaled with
-  the softmax alpha when E grows). q is scaled per head by a power of two so that its
-  largest nope value lies in [2^7, 2^8) (fp16 range; the inverse goes into the score scale).
-  The rope group (bf16 in the cache) stays a bf16 MMA as in v4.
+* F16_REL: fp16 MMA operands everywhere. Each fp8 nope group becomes
+  `cvt e4m3x2 -> f16x2` times one packed fp16 multiply by 2^(e[t,g] - e_new), where e_new is
+  the largest UE8M0 exponent the program has seen (so K <= 448, exact while a token's scale is
+  within 2^15 of that maximum). v4 instead did cvt e4m3x2 -> f16x2, then per value
+  cvt f16 -> bf16 and a bf16 multiply. The common factor 2^(e_new-127) is applied to the
+  [BLOCK_H, T] scores (one multiply) and kept on the accumulators, which move to a new e_new
+  inside the softmax rescale (acc * alpha already happens). q is scaled per head by a power of
+  two putting its largest value in [2^7, 2^8) (fp16 range; the inverse goes into the score
+  scale); P <= 1 is fp16 (11 bits, v4's bf16 P has 8); the bf16 rope columns become fp16.
 * POW2_PAGES: page / offset of a cache index by shift and mask (every DSv4 pool has a
   power-of-two page size) instead of a 32-bit integer division per token.
 
@@ -67,15 +67,17 @@ def _group_col(x8, G: tl.constexpr):
 
 
 @triton.jit
-def _k_f16(raw, MMA16: tl.constexpr):
-    """fp8 [T, 2, 32] -> [T, 64] fp16, unscaled (one cvt per two values on sm_89+)."""
-    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA16)
+def _k_rel(raw, w8, G: tl.constexpr, MMA16: tl.constexpr):
+    """fp8 [T, 2, 32] of group G times w = 2^(e - e_new) <= 1 -> [T, 64] fp16 (cvt e4m3x2 -> f16x2,
+    then one packed fp16 multiply per two values)."""
+    w = _group_col(w8, G).to(tl.float16).to(MMA16)
+    k = raw.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(MMA16) * w[:, None, None]
     return tl.reshape(k, [raw.shape[0], 64])
 
 
 @triton.jit
 def _k_scaled(raw, sc8_i32, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
-    """v4's dequant (DEFER_SCALES=False): fp8 [T, 2, 32] times 2^(e-127) -> [T, 64] bf16."""
+    """v4's dequant (F16_REL=False): fp8 [T, 2, 32] times 2^(e-127) -> [T, 64] bf16."""
     sc = _pow2(_group_col(sc8_i32, G)).to(MMA_DTYPE)
     k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None, None]
     return tl.reshape(k, [raw.shape[0], 64])
@@ -181,10 +183,10 @@ def _mma_sparse_decode_v5_kernel(
     SPLIT: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_T: tl.constexpr,
-    DEFER_SCALES: tl.constexpr,
+    F16_REL: tl.constexpr,  # fp16 operands, K scaled relative to the running exponent (else v4's bf16)
     POW2_PAGES: tl.constexpr,
-    MMA_DTYPE: tl.constexpr,  # bf16 (rope group; all groups without DEFER_SCALES); fp32 interpreted
-    MMA16: tl.constexpr,  # fp16 (deferred-scale nope groups); fp32 of fp16-rounded values interpreted
+    MMA_DTYPE: tl.constexpr,  # bf16 (F16_REL=False); fp32 of bf16-rounded values interpreted
+    MMA16: tl.constexpr,  # fp16 (F16_REL=True); fp32 of fp16-rounded values interpreted
 ):
     hg = tl.program_id(0)
     split = tl.program_id(1)
@@ -211,12 +213,12 @@ def _mma_sparse_decode_v5_kernel(
     start = split * chunk
     end = tl.minimum(start + chunk, total)
 
-    # Per-head power of two putting the largest |q| nope value in [2^7, 2^8): exact, fp16-safe.
+    # Per-head power of two putting the largest |q| in [2^7, 2^8): exact, and inside fp16's range.
     qscale = tl.full([BLOCK_H], 1.0, tl.float32)
     score_scale = tl.full([BLOCK_H], 1.0, tl.float32) * qk_scale_log2
-    if DEFER_SCALES:
+    if F16_REL:
         amax = tl.zeros([BLOCK_H], tl.float32)
-        for g in tl.static_range(7):
+        for g in tl.static_range(8):
             qg = tl.load(q_ptrs + g * 64, mask=q_mask, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(qg), 1))
         q_exp = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased exponent of amax
@@ -227,7 +229,9 @@ def _mma_sparse_decode_v5_kernel(
 
     m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    e_run = tl.full([], 1, tl.int32)  # running max scale exponent of the nope groups (accumulators in 2^(e_run-127))
+    # F16_REL: the nope accumulators are in units of 2^(e_run-127), e_run = the largest UE8M0
+    # exponent seen so far by this program.
+    e_run = tl.full([], 1, tl.int32)
     acc0 = tl.zeros([BLOCK_H, 64], tl.float32)
     acc1 = tl.zeros([BLOCK_H, 64], tl.float32)
     acc2 = tl.zeros([BLOCK_H, 64], tl.float32)
@@ -251,28 +255,30 @@ def _mma_sparse_decode_v5_kernel(
         idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
 
         e8 = sc8.to(tl.int32)
-        k7 = rope.to(MMA_DTYPE)
-        if DEFER_SCALES:
-            # s = sum_g (q_g . k8_g^T) * 2^(e[t,g]-127): the scale multiplies [BLOCK_H, T] products,
-            # not [T, 64] K elements, and K needs one cvt per two values.
-            sc = _pow2(e8)
-            k0 = _k_f16(r0, MMA16)
-            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 0, MMA16), tl.trans(k0)) * _group_col(sc, 0)[None, :]
-            k1 = _k_f16(r1, MMA16)
-            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 1, MMA16), tl.trans(k1)) * _group_col(sc, 1)[None, :]
-            k2 = _k_f16(r2, MMA16)
-            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 2, MMA16), tl.trans(k2)) * _group_col(sc, 2)[None, :]
-            k3 = _k_f16(r3, MMA16)
-            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 3, MMA16), tl.trans(k3)) * _group_col(sc, 3)[None, :]
-            k4 = _k_f16(r4, MMA16)
-            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 4, MMA16), tl.trans(k4)) * _group_col(sc, 4)[None, :]
-            k5 = _k_f16(r5, MMA16)
-            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 5, MMA16), tl.trans(k5)) * _group_col(sc, 5)[None, :]
-            k6 = _k_f16(r6, MMA16)
-            s += tl.dot(_q16(q_ptrs, q_mask, qscale, 6, MMA16), tl.trans(k6)) * _group_col(sc, 6)[None, :]
-            # rope (bf16): q_rope carries the same power-of-two prescale (exact in bf16).
-            q7 = (tl.load(q_ptrs + 7 * 64, mask=q_mask, other=0.0).to(tl.float32) * qscale[:, None])
-            s = tl.dot(q7.to(tl.bfloat16).to(MMA_DTYPE), tl.trans(k7), s)
+        if F16_REL:
+            # K = fp8 * 2^(e - e_new) in fp16, e_new = max(e_run, this tile's largest exponent):
+            # <= 448, and exact while e_new - e <= 15 (e4m3's smallest step 2^-9 -> fp16's 2^-24).
+            e_tile = tl.max(tl.max(tl.where(valid[:, None] & (grp8[None, :] < 7), e8, 1), 1), 0)
+            e_new = tl.maximum(e_run, e_tile)
+            w8 = _pow2(tl.minimum(tl.maximum(e8 - e_new + 127, 1), 127))
+            k0 = _k_rel(r0, w8, 0, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 0, MMA16), tl.trans(k0))
+            k1 = _k_rel(r1, w8, 1, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 1, MMA16), tl.trans(k1), s)
+            k2 = _k_rel(r2, w8, 2, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 2, MMA16), tl.trans(k2), s)
+            k3 = _k_rel(r3, w8, 3, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 3, MMA16), tl.trans(k3), s)
+            k4 = _k_rel(r4, w8, 4, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 4, MMA16), tl.trans(k4), s)
+            k5 = _k_rel(r5, w8, 5, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 5, MMA16), tl.trans(k5), s)
+            k6 = _k_rel(r6, w8, 6, MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 6, MMA16), tl.trans(k6), s)
+            # rope: bf16 -> fp16 (exact for |x| in [2^-14, 65504]; below, an absolute 2^-25), unscaled,
+            # so it joins the scores after the nope part is brought to units of 1.
+            k7 = rope.to(tl.float32).to(tl.float16).to(MMA16)
+            s = tl.dot(_q16(q_ptrs, q_mask, qscale, 7, MMA16), tl.trans(k7), s * _pow2(e_new))
         else:
             k0 = _k_scaled(r0, e8, 0, MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
@@ -288,6 +294,7 @@ def _mma_sparse_decode_v5_kernel(
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
             k6 = _k_scaled(r6, e8, 6, MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
+            k7 = rope.to(MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
 
         s = tl.where(valid[None, :], s * score_scale[:, None], float("-inf"))
@@ -297,31 +304,24 @@ def _mma_sparse_decode_v5_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
         a = alpha[:, None]
-        acc7 = tl.dot(p.to(tl.bfloat16).to(MMA_DTYPE), k7, acc7 * a)
-        if DEFER_SCALES:
-            # P of group g = p * 2^(e[t,g] - e_run) <= 1 (fp16); the nope accumulators move to the
-            # new e_run with the softmax rescale (one [BLOCK_H] multiply, no extra pass).
-            e_tile = tl.max(tl.max(tl.where(valid[:, None] & (grp8[None, :] < 7), e8, 1), 1), 0)
-            e_new = tl.maximum(e_run, e_tile)
-            a = (alpha * _pow2(tl.maximum(e_run - e_new + 127, 1)))[:, None]
+        if F16_REL:
+            # One fp16 P (<= 1) for all groups; the nope accumulators move to units of 2^(e_new-127)
+            # inside the softmax rescale (a [BLOCK_H] multiply, no extra pass).
+            p16 = p.to(tl.float16).to(MMA16)
+            a_nope = (alpha * _pow2(tl.maximum(e_run - e_new + 127, 1)))[:, None]
             e_run = e_new
-            w = _pow2(tl.maximum(e8 - e_new + 127, 1))
-            acc0 = tl.dot((p * _group_col(w, 0)[None, :]).to(tl.float16).to(MMA16), k0, acc0 * a)
-            acc1 = tl.dot((p * _group_col(w, 1)[None, :]).to(tl.float16).to(MMA16), k1, acc1 * a)
-            acc2 = tl.dot((p * _group_col(w, 2)[None, :]).to(tl.float16).to(MMA16), k2, acc2 * a)
-            acc3 = tl.dot((p * _group_col(w, 3)[None, :]).to(tl.float16).to(MMA16), k3, acc3 * a)
-            acc4 = tl.dot((p * _group_col(w, 4)[None, :]).to(tl.float16).to(MMA16), k4, acc4 * a)
-            acc5 = tl.dot((p * _group_col(w, 5)[None, :]).to(tl.float16).to(MMA16), k5, acc5 * a)
-            acc6 = tl.dot((p * _group_col(w, 6)[None, :]).to(tl.float16).to(MMA16), k6, acc6 * a)
+            acc7 = tl.dot(p16, k7, acc7 * a)
         else:
-            pb = p.to(tl.bfloat16).to(MMA_DTYPE)
-            acc0 = tl.dot(pb, k0, acc0 * a)
-            acc1 = tl.dot(pb, k1, acc1 * a)
-            acc2 = tl.dot(pb, k2, acc2 * a)
-            acc3 = tl.dot(pb, k3, acc3 * a)
-            acc4 = tl.dot(pb, k4, acc4 * a)
-            acc5 = tl.dot(pb, k5, acc5 * a)
-            acc6 = tl.dot(pb, k6, acc6 * a)
+            p16 = p.to(tl.bfloat16).to(MMA_DTYPE)
+            a_nope = a
+            acc7 = tl.dot(p16, k7, acc7 * a)
+        acc0 = tl.dot(p16, k0, acc0 * a_nope)
+        acc1 = tl.dot(p16, k1, acc1 * a_nope)
+        acc2 = tl.dot(p16, k2, acc2 * a_nope)
+        acc3 = tl.dot(p16, k3, acc3 * a_nope)
+        acc4 = tl.dot(p16, k4, acc4 * a_nope)
+        acc5 = tl.dot(p16, k5, acc5 * a_nope)
+        acc6 = tl.dot(p16, k6, acc6 * a_nope)
         r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid
 
     has_tok = l_i > 0.0
@@ -343,7 +343,7 @@ def _mma_sparse_decode_v5_kernel(
         o_ptrs = out_ptr + (row * H + heads)[:, None] * 512 + dim[None, :]
     o_mask = head_ok[:, None]
     nope_factor = factor
-    if DEFER_SCALES:
+    if F16_REL:
         nope_factor = factor * tl.math.exp2((e_run - 127).to(tl.float32))
     _store_chunk(o_ptrs, acc0, nope_factor, o_mask, 0)
     _store_chunk(o_ptrs, acc1, nope_factor, o_mask, 1)
@@ -355,7 +355,7 @@ def _mma_sparse_decode_v5_kernel(
     _store_chunk(o_ptrs, acc7, factor, o_mask, 7)
 
 
-# (BLOCK_H, BLOCK_T, num_warps, num_stages, DEFER_SCALES). Compiled for sm_120 and sm_90 by
+# (BLOCK_H, BLOCK_T, num_warps, num_stages, F16_REL). Compiled for sm_120 and sm_90 by
 # tests/test_mma_aot_v5.py (shared memory, spills); instruction mix in count_instructions.py.
 V5_CONFIGS = {
     "h16_t64_w8": (16, 64, 8, 1, True),
@@ -389,7 +389,7 @@ def mma_sparse_decode(
     num_splits: Optional[int] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """As v4's `mma_sparse_decode`; `config` is a V5_CONFIGS name or a
-    (BLOCK_H, BLOCK_T, warps, stages, DEFER_SCALES) tuple."""
+    (BLOCK_H, BLOCK_T, warps, stages, F16_REL) tuple."""
     B, s_q, H, D = q.shape
     assert s_q == 1 and D == _D, f"expected q [B, 1, H, 512], got {tuple(q.shape)}"
     assert k_cache.element_size() == 1 and k_cache.shape[-1] == 584
@@ -415,7 +415,7 @@ def mma_sparse_decode(
 
     if config is None:
         config = pick_config(H, B)
-    block_h, block_t, warps, stages, defer = V5_CONFIGS[config] if isinstance(config, str) else config
+    block_h, block_t, warps, stages, f16_rel = V5_CONFIGS[config] if isinstance(config, str) else config
     head_groups = triton.cdiv(H, block_h)
     if num_splits is None:
         sms = v4._num_sms(q.device.index) if q.is_cuda else 8
@@ -452,7 +452,7 @@ def mma_sparse_decode(
         SPLIT=split,
         BLOCK_H=block_h,
         BLOCK_T=block_t,
-        DEFER_SCALES=defer,
+        F16_REL=f16_rel,
         POW2_PAGES=pow2,
         MMA_DTYPE=tl.float32 if interp else tl.bfloat16,
         MMA16=tl.float32 if interp else tl.float16,

@@ -1,0 +1,200 @@
+"""Static evidence for the v5 candidate: AOT-compile v4 (shipped) and v5 for sm_90 and sm_120 on
+the CPU and report registers, spills, shared memory and the SASS instruction mix of the main
+loop (one KV tile per iteration).
+
+    .venv/bin/python bench/experiments/count_instructions.py [--json FILE] [--configs NAME ...]
+
+The cubin comes from triton.compile; registers / spills from the ptxas that ships with Triton
+(`-v`, the same PTX); the SASS from its nvdisasm. The main loop is the backward branch whose
+body holds the most HMMA instructions. Counts are per thread (SASS is per warp, one
+instruction per lane), per iteration = one BLOCK_T-token tile of BLOCK_H heads.
+Run it without TRITON_INTERPRET.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+V4_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+V5_PATH = Path(__file__).resolve().parent / "mma_decode_v5.py"
+SM120_SHARED_LIMIT = 101376
+
+# Same specialisation as tests/test_mma_aot.py (production: 16-byte aligned pointers, strides,
+# widths and page strides multiples of 16).
+V4_SIGNATURE = dict(
+    q_ptr="*bf16", stride_qb="i32", stride_qh="i32",
+    main_u8="*u8", main_idx="*i32", main_idx_stride="i32", main_len="*i32", main_topk="i32",
+    main_page="i32", main_page_bytes="i32",
+    extra_u8="*u8", extra_idx="*i32", extra_idx_stride="i32", extra_len="*i32", extra_topk="i32",
+    extra_page="i32", extra_page_bytes="i32",
+    sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
+    H="i32", num_splits="i32", qk_scale_log2="fp32",
+)
+V5_SIGNATURE = {**V4_SIGNATURE, "main_shift": "i32", "extra_shift": "i32"}  # ordered by arg_names below
+DIV16 = (
+    "stride_qb", "stride_qh", "main_idx_stride", "extra_idx_stride", "main_topk",
+    "extra_topk", "main_page_bytes", "extra_page_bytes", "H",
+)
+
+# SASS opcode (before the first '.') -> column of the table.
+CLASSES = {
+    "HMMA": "mma", "LDSM": "ldsm", "BAR": "bar",
+    "F2F": "cvt", "F2FP": "cvt", "I2F": "cvt", "PRMT": "cvt", "I2FP": "cvt", "F2I": "cvt",
+    "LDS": "lds", "STS": "sts", "STSM": "sts", "LDG": "ldg",
+}
+COLUMNS = ["total", "mma", "ldsm", "bar", "cvt", "lds", "sts", "ldg"]
+
+
+def _nvidia_bin(tool: str) -> Path:
+    import triton
+
+    return Path(triton.__file__).parent / "backends/nvidia/bin" / tool
+
+
+def ptxas_report(ptx: str, arch: int) -> dict:
+    """Registers and spill bytes from Triton's ptxas -v on the kernel's PTX."""
+    tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run(
+            [str(_nvidia_bin(tool)), f"-arch=sm_{arch}a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True, text=True,
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    regs = re.search(r"Used (\d+) registers", proc.stderr)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
+    return {"regs": int(regs.group(1)), "spill_stores": int(spills.group(1)), "spill_loads": int(spills.group(2))}
+
+
+def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    names = fn.arg_names
+    signature = {k: signature[k] for k in names if k in signature}
+    pointers = [k for k, v in signature.items() if v.startswith("*")]
+    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in pointers + [d for d in div16 if d in signature]}
+    src = triton.compiler.ASTSource(
+        fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
+    )
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+_INSN = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[^ ;]*)?\s*(.*?);")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+
+
+def sass(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        proc = subprocess.run([str(_nvidia_bin("nvdisasm")), "-c", str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    return proc.stdout
+
+
+def main_loop_mix(text: str) -> dict:
+    """Opcode classes of the loop body (backward branch) with the most HMMA instructions."""
+    insns, labels = [], {}
+    for line in text.splitlines():
+        lab = _LABEL.match(line.strip())
+        if lab:
+            labels[lab.group(1)] = len(insns)
+            continue
+        m = _INSN.match(line)
+        if m:
+            insns.append((m.group(2), m.group(4)))
+    best = None
+    for i, (op, args) in enumerate(insns):
+        t = _TARGET.search(args) if op == "BRA" else None
+        if t and labels.get(t.group(1), i + 1) <= i:
+            body = insns[labels[t.group(1)] : i + 1]
+            n_mma = sum(o == "HMMA" for o, _ in body)
+            if best is None or n_mma > best[0]:
+                best = (n_mma, body)
+    if best is None:
+        return {c: 0 for c in COLUMNS}
+    ops = Counter(o for o, _ in best[1])
+    mix = {c: 0 for c in COLUMNS}
+    mix["total"] = sum(ops.values())
+    for op, n in ops.items():
+        if op in CLASSES:
+            mix[CLASSES[op]] += n
+    mix["top"] = ops.most_common(12)
+    return mix
+
+
+def variants():
+    """(label, module path, kernel name, signature, constexprs, warps, stages)."""
+    import triton.language as tl
+    from upstream import load_module
+
+    v4 = load_module(V4_PATH, "flash_mla_sm120_mma_count")
+    v5 = load_module(V5_PATH, "mma_decode_v5_count")
+    base = dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=False)
+    out = []
+    for name, (bh, bt, w, st) in v4.MMA_CONFIGS.items():
+        out.append((f"v4 {name}", v4._mma_sparse_decode_kernel, V4_SIGNATURE,
+                    dict(base, BLOCK_H=bh, BLOCK_T=bt, MMA_DTYPE=tl.bfloat16), w, st))
+    for name, (bh, bt, w, st, f16_rel) in v5.V5_CONFIGS.items():
+        for tag, d in (("v5", f16_rel), ("v5 pow2 only", False)):
+            out.append((f"{tag} {name}", v5._mma_sparse_decode_v5_kernel, V5_SIGNATURE,
+                        dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=d, POW2_PAGES=True,
+                             MMA_DTYPE=tl.bfloat16, MMA16=tl.float16), w, st))
+    return out
+
+
+def measure(archs=(90, 120), only=None) -> list[dict]:
+    rows = []
+    for label, fn, sig, const, warps, stages in variants():
+        if only and not any(o in label for o in only):
+            continue
+        for arch in archs:
+            k = compile_kernel(fn, sig, const, DIV16, warps, stages, arch)
+            row = {"kernel": label, "arch": arch, "BLOCK_H": const["BLOCK_H"], "BLOCK_T": const["BLOCK_T"],
+                   "warps": warps, "shared": k.metadata.shared, **ptxas_report(k.asm["ptx"], arch)}
+            row.update(main_loop_mix(sass(k.asm["cubin"])))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_table(rows) -> None:
+    print("| kernel | arch | regs | spills (st/ld B) | shared (B) | SASS/tile | HMMA | LDSM | BAR | cvt (F2F/F2FP/I2F/PRMT) "
+          "| LDS | STS | LDG | SASS per head-token | HMMA share |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        per_ht = r["total"] * r["warps"] / (r["BLOCK_H"] * r["BLOCK_T"])  # warp-instructions / (head x token)
+        print(f"| {r['kernel']} | sm_{r['arch']} | {r['regs']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared']} | "
+              f"{r['total']} | {r['mma']} | {r['ldsm']} | {r['bar']} | {r['cvt']} | {r['lds']} | {r['sts']} | "
+              f"{r['ldg']} | {per_ht:.1f} | {100 * r['mma'] / max(r['total'], 1):.0f}% |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--configs", nargs="*", help="only kernels whose label contains one of these")
+    args = ap.parse_args()
+    rows = measure(only=args.configs)
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
