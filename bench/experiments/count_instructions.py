@@ -139,8 +139,8 @@ def main_loop_mix(text: str) -> dict:
     return mix
 
 
-def variants():
-    """(label, module path, kernel name, signature, constexprs, warps, stages)."""
+def variants(extra=()):
+    """(label, kernel, signature, constexprs, warps, stages); `extra`: more v5 config tuples."""
     import triton.language as tl
     from upstream import load_module
 
@@ -151,17 +151,21 @@ def variants():
     for name, (bh, bt, w, st) in v4.MMA_CONFIGS.items():
         out.append((f"v4 {name}", v4._mma_sparse_decode_kernel, V4_SIGNATURE,
                     dict(base, BLOCK_H=bh, BLOCK_T=bt, MMA_DTYPE=tl.bfloat16), w, st))
-    for name, (bh, bt, w, st, f16_rel) in v5.V5_CONFIGS.items():
+    configs = dict(v5.V5_CONFIGS)
+    configs.update({"h{}_t{}_w{}_s{}_f{}".format(*c): c for c in extra})
+    for name, (bh, bt, w, st, f16_rel) in configs.items():
         for tag, d in (("v5", f16_rel), ("v5 pow2 only", False)):
+            if tag != "v5" and name not in v5.V5_CONFIGS:
+                continue
             out.append((f"{tag} {name}", v5._mma_sparse_decode_v5_kernel, V5_SIGNATURE,
                         dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=d, POW2_PAGES=True,
                              MMA_DTYPE=tl.bfloat16, MMA16=tl.float16), w, st))
     return out
 
 
-def measure(archs=(90, 120), only=None) -> list[dict]:
+def measure(archs=(90, 120), only=None, extra=()) -> list[dict]:
     rows = []
-    for label, fn, sig, const, warps, stages in variants():
+    for label, fn, sig, const, warps, stages in variants(extra):
         if only and not any(o in label for o in only):
             continue
         for arch in archs:
@@ -189,8 +193,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--configs", nargs="*", help="only kernels whose label contains one of these")
+    ap.add_argument("--extra", nargs="*", default=[],
+                    help="more v5 configs to compile, BLOCK_H,BLOCK_T,warps,stages,F16_REL e.g. 16,32,4,1,1")
     args = ap.parse_args()
-    rows = measure(only=args.configs)
+    extra = [tuple(int(x) for x in e.split(",")) for e in args.extra]
+    extra = [(bh, bt, w, st, bool(f)) for bh, bt, w, st, f in extra]
+    rows = measure(only=args.configs, extra=extra)
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

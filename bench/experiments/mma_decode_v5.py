@@ -60,26 +60,18 @@ def _pow2(e):
 
 
 @triton.jit
-def _group_col(x8, G: tl.constexpr):
-    """Column G of a [T, 8] tensor whose 8 columns sit in one thread (no shuffles)."""
-    grp = tl.arange(0, 8)
-    return tl.sum(tl.where(grp[None, :] == G, x8, 0), axis=1)
-
-
-@triton.jit
-def _k_rel(raw, w8, G: tl.constexpr, MMA16: tl.constexpr):
-    """fp8 [T, 2, 32] of group G times w = 2^(e - e_new) <= 1 -> [T, 64] fp16 (cvt e4m3x2 -> f16x2,
-    then one packed fp16 multiply per two values)."""
-    w = _group_col(w8, G).to(tl.float16).to(MMA16)
+def _k_rel(raw, e, e_new, MMA16: tl.constexpr):
+    """fp8 [T, 2, 32] times w = 2^(e - e_new) <= 1 -> [T, 64] fp16 (cvt e4m3x2 -> f16x2, then one
+    packed fp16 multiply per two values). e: the group's [T] exponents, in the tile's layout."""
+    w = _pow2(tl.minimum(tl.maximum(e - e_new + 127, 1), 127)).to(tl.float16).to(MMA16)
     k = raw.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(MMA16) * w[:, None, None]
     return tl.reshape(k, [raw.shape[0], 64])
 
 
 @triton.jit
-def _k_scaled(raw, sc8_i32, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+def _k_scaled(raw, e, MMA_DTYPE: tl.constexpr):
     """v4's dequant (F16_REL=False): fp8 [T, 2, 32] times 2^(e-127) -> [T, 64] bf16."""
-    sc = _pow2(_group_col(sc8_i32, G)).to(MMA_DTYPE)
-    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None, None]
+    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * _pow2(e).to(MMA_DTYPE)[:, None, None]
     return tl.reshape(k, [raw.shape[0], 64])
 
 
@@ -102,8 +94,9 @@ def _load_tile(
     main_u8, main_page, main_page_bytes, main_shift, extra_u8, extra_page, extra_page_bytes, extra_shift,
     HAS_EXTRA: tl.constexpr, POW2_PAGES: tl.constexpr,
 ):
-    """v4's tile load (7 fp8 groups [T, 2, 32], bf16 rope [T, 64], scale bytes [T, 8]), with
-    shift/mask page addressing when every page size is a power of two."""
+    """v4's tile load (7 fp8 groups [T, 2, 32], bf16 rope [T, 64]) with the UE8M0 exponent bytes
+    as two [T] int32 words (bytes 1 for invalid tokens), and shift/mask page addressing when every page
+    size is a power of two."""
     valid = idx >= 0
     idx = tl.where(valid, idx, 0)
     base = main_u8
@@ -137,8 +130,23 @@ def _load_tile(
     r5 = tl.load(p3 + 320, mask=m3, other=0)
     r6 = tl.load(p3 + 384, mask=m3, other=0)
     rope = tl.load((data + 448).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
-    sc8 = tl.load(scale[:, None] + tl.arange(0, 8)[None, :], mask=m, other=127)
-    return r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid
+    # The 7 UE8M0 bytes of each token as two int32 words, in the [T] layout the group multiplies
+    # use (v4's [T, 8] byte tile was sliced and moved through shared memory once per group).
+    s32 = scale.to(tl.pointer_type(tl.int32))
+    sc_lo = tl.load(s32, mask=valid, other=0x01010101)
+    sc_hi = tl.load(s32 + 1, mask=valid, other=0x01010101)
+    return r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid
+
+
+@triton.jit
+def _exp_byte(sc_lo, sc_hi, G: tl.constexpr):
+    """UE8M0 exponent of column group G (1 for invalid tokens) as int32 [T]."""
+    if G < 4:
+        e = (sc_lo >> (8 * G)) & 0xFF
+    else:
+        e = (sc_hi >> (8 * (G - 4))) & 0xFF
+    return e
+
 
 
 @triton.jit
@@ -225,10 +233,10 @@ def _mma_sparse_decode_v5_kernel(
         q_exp = tl.minimum(tl.maximum(q_exp, 8), 253)
         qscale = _pow2(261 - q_exp)  # 2^(7 - (q_exp - 127))
         score_scale = qk_scale_log2 * _pow2(q_exp - 7)
-    grp8 = tl.arange(0, 8)
 
     m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
+    # Row sums kept per element and reduced once after the loop: no cross-warp sum per tile.
+    l_part = tl.zeros([BLOCK_H, BLOCK_T], tl.float32)
     # F16_REL: the nope accumulators are in units of 2^(e_run-127), e_run = the largest UE8M0
     # exponent seen so far by this program.
     e_run = tl.full([], 1, tl.int32)
@@ -242,57 +250,63 @@ def _mma_sparse_decode_v5_kernel(
     acc7 = tl.zeros([BLOCK_H, 64], tl.float32)
     pos = start + tl.arange(0, BLOCK_T)
     idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
-    r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = _load_tile(
+    r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = _load_tile(
         idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
         extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
     pos += BLOCK_T
     idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
     for t0 in range(start, end, BLOCK_T):
-        n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid = _load_tile(
+        n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid = _load_tile(
             idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
             extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
         pos += BLOCK_T
         idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
 
-        e8 = sc8.to(tl.int32)
         if F16_REL:
             # K = fp8 * 2^(e - e_new) in fp16, e_new = max(e_run, this tile's largest exponent):
             # <= 448, and exact while e_new - e <= 15 (e4m3's smallest step 2^-9 -> fp16's 2^-24).
-            e_tile = tl.max(tl.max(tl.where(valid[:, None] & (grp8[None, :] < 7), e8, 1), 1), 0)
-            e_new = tl.maximum(e_run, e_tile)
-            w8 = _pow2(tl.minimum(tl.maximum(e8 - e_new + 127, 1), 127))
-            k0 = _k_rel(r0, w8, 0, MMA16)
+            e0 = _exp_byte(sc_lo, sc_hi, 0)
+            e1 = _exp_byte(sc_lo, sc_hi, 1)
+            e2 = _exp_byte(sc_lo, sc_hi, 2)
+            e3 = _exp_byte(sc_lo, sc_hi, 3)
+            e4 = _exp_byte(sc_lo, sc_hi, 4)
+            e5 = _exp_byte(sc_lo, sc_hi, 5)
+            e6 = _exp_byte(sc_lo, sc_hi, 6)
+            e_max = tl.maximum(tl.maximum(tl.maximum(e0, e1), tl.maximum(e2, e3)),
+                               tl.maximum(tl.maximum(e4, e5), e6))
+            e_new = tl.maximum(e_run, tl.max(e_max, 0))
+            k0 = _k_rel(r0, e0, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 0, MMA16), tl.trans(k0))
-            k1 = _k_rel(r1, w8, 1, MMA16)
+            k1 = _k_rel(r1, e1, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 1, MMA16), tl.trans(k1), s)
-            k2 = _k_rel(r2, w8, 2, MMA16)
+            k2 = _k_rel(r2, e2, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 2, MMA16), tl.trans(k2), s)
-            k3 = _k_rel(r3, w8, 3, MMA16)
+            k3 = _k_rel(r3, e3, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 3, MMA16), tl.trans(k3), s)
-            k4 = _k_rel(r4, w8, 4, MMA16)
+            k4 = _k_rel(r4, e4, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 4, MMA16), tl.trans(k4), s)
-            k5 = _k_rel(r5, w8, 5, MMA16)
+            k5 = _k_rel(r5, e5, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 5, MMA16), tl.trans(k5), s)
-            k6 = _k_rel(r6, w8, 6, MMA16)
+            k6 = _k_rel(r6, e6, e_new, MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 6, MMA16), tl.trans(k6), s)
             # rope: bf16 -> fp16 (exact for |x| in [2^-14, 65504]; below, an absolute 2^-25), unscaled,
             # so it joins the scores after the nope part is brought to units of 1.
             k7 = rope.to(tl.float32).to(tl.float16).to(MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 7, MMA16), tl.trans(k7), s * _pow2(e_new))
         else:
-            k0 = _k_scaled(r0, e8, 0, MMA_DTYPE)
+            k0 = _k_scaled(r0, _exp_byte(sc_lo, sc_hi, 0), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
-            k1 = _k_scaled(r1, e8, 1, MMA_DTYPE)
+            k1 = _k_scaled(r1, _exp_byte(sc_lo, sc_hi, 1), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1), s)
-            k2 = _k_scaled(r2, e8, 2, MMA_DTYPE)
+            k2 = _k_scaled(r2, _exp_byte(sc_lo, sc_hi, 2), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
-            k3 = _k_scaled(r3, e8, 3, MMA_DTYPE)
+            k3 = _k_scaled(r3, _exp_byte(sc_lo, sc_hi, 3), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s)
-            k4 = _k_scaled(r4, e8, 4, MMA_DTYPE)
+            k4 = _k_scaled(r4, _exp_byte(sc_lo, sc_hi, 4), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
-            k5 = _k_scaled(r5, e8, 5, MMA_DTYPE)
+            k5 = _k_scaled(r5, _exp_byte(sc_lo, sc_hi, 5), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
-            k6 = _k_scaled(r6, e8, 6, MMA_DTYPE)
+            k6 = _k_scaled(r6, _exp_byte(sc_lo, sc_hi, 6), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
             k7 = rope.to(MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
@@ -301,9 +315,9 @@ def _mma_sparse_decode_v5_kernel(
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
         a = alpha[:, None]
+        l_part = l_part * a + p
+        m_i = m_new
         if F16_REL:
             # One fp16 P (<= 1) for all groups; the nope accumulators move to units of 2^(e_new-127)
             # inside the softmax rescale (a [BLOCK_H] multiply, no extra pass).
@@ -322,8 +336,9 @@ def _mma_sparse_decode_v5_kernel(
         acc4 = tl.dot(p16, k4, acc4 * a_nope)
         acc5 = tl.dot(p16, k5, acc5 * a_nope)
         acc6 = tl.dot(p16, k6, acc6 * a_nope)
-        r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid
+        r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid
 
+    l_i = tl.sum(l_part, 1)
     has_tok = l_i > 0.0
     inv_l = 1.0 / tl.where(has_tok, l_i, 1.0)
     lse2 = tl.where(has_tok, m_i + tl.math.log2(tl.where(has_tok, l_i, 1.0)), float("-inf"))
