@@ -94,25 +94,44 @@ def _spread_scales(pool, page_size, gen, lo=112, hi=127):
     foot[..., :7] = torch.randint(lo, hi + 1, foot[..., :7].shape, generator=gen, dtype=torch.uint8)
 
 
-@pytest.mark.parametrize("f16_rel", [True, False], ids=["fp16-relative-K", "bf16-dequant-K"])
-def test_scales_spread_over_2e15(v5, oracle, f16_rel):
+# (F16_REL, LAZY_RESCALE): every main-loop path of the kernel.
+PATHS = [
+    pytest.param(False, True, id="bf16-K-lazy-rescale"),
+    pytest.param(False, False, id="bf16-K-rescale-every-tile"),
+    pytest.param(True, False, id="fp16-relative-K"),
+]
+
+
+@pytest.mark.parametrize("f16_rel,lazy", PATHS)
+def test_scales_spread_over_2e15(v5, oracle, f16_rel, lazy):
     """DSv4 KV scales range ~2^-15..2^0: fp16 K = fp8 * 2^(e - e_max) must keep them."""
     case = make_case(3, 16, 64, page_size=64, extra_topk=64, seed=21, sink_mode="random")
     gen = torch.Generator().manual_seed(22)
     _spread_scales(case.pool, case.page_size, gen)
     _spread_scales(case.extra_pool, case.extra_page_size, gen)
-    out, lse = _run(v5, case, config=(16, 32, 4, 1, f16_rel))
+    out, lse = _run(v5, case, config=(16, 32, 4, 1, f16_rel, lazy))
     _check(out, lse, case, oracle)
 
 
-def test_q_beyond_fp16_range(v5, oracle):
+@pytest.mark.parametrize("f16_rel,lazy", PATHS)
+def test_peaked_scores_move_the_running_max(v5, oracle, f16_rel, lazy):
+    """q * 8: per-tile row maxima jump by far more than 2^8 between tiles of a 256-entry row, so
+    the lazy rescale branch runs mid-row (and is skipped on other tiles)."""
+    case = make_case(2, 16, 192, extra_topk=64, seed=51, sink_mode="random", edge_rows=False)
+    case.q = (case.q.double() * 8).to(torch.bfloat16)
+    out, lse = _run(v5, case, config=(16, 32, 4, 1, f16_rel, lazy), num_splits=1)
+    _check(out, lse, case, oracle)
+
+
+@pytest.mark.parametrize("f16_rel,lazy", PATHS[:1] + PATHS[2:])
+def test_q_beyond_fp16_range(v5, oracle, f16_rel, lazy):
     """q * 2^14 (|q| up to ~2^17 > fp16 max) with softmax_scale / 2^14: the same attention, exact
-    in bf16; the per-head prescale keeps the fp16 q operand finite."""
+    in bf16; the per-head prescale keeps the fp16 q operand finite (bf16 path: unaffected)."""
     case = make_case(3, 16, 64, extra_topk=64, seed=31, sink_mode="none")
     case.q = (case.q.double() * 2.0**14).to(torch.bfloat16)
     case.softmax_scale = case.softmax_scale / 2.0**14
     assert case.q.float().abs().max().item() > 65504
-    out, lse = _run(v5, case)
+    out, lse = _run(v5, case, config=(16, 32, 4, 1, f16_rel, lazy))
     _check(out, lse, case, oracle)
 
 

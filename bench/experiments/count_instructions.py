@@ -48,11 +48,11 @@ DIV16 = (
 
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {
-    "HMMA": "mma", "LDSM": "ldsm", "BAR": "bar",
+    "HMMA": "mma", "HGMMA": "mma", "LDSM": "ldsm", "BAR": "bar",
     "F2F": "cvt", "F2FP": "cvt", "I2F": "cvt", "PRMT": "cvt", "I2FP": "cvt", "F2I": "cvt",
     "LDS": "lds", "STS": "sts", "STSM": "sts", "LDG": "ldg",
 }
-COLUMNS = ["total", "mma", "ldsm", "bar", "cvt", "lds", "sts", "ldg"]
+COLUMNS = ["total", "fast", "mma", "ldsm", "bar", "cvt", "lds", "sts", "ldg"]
 
 
 def _nvidia_bin(tool: str) -> Path:
@@ -93,7 +93,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int,
                           options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
-_INSN = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[^ ;]*)?\s*(.*?);")
+_INSN = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[^ ;]*)?\s*(.*?);")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 
@@ -109,7 +109,10 @@ def sass(cubin: bytes) -> str:
 
 
 def main_loop_mix(text: str) -> dict:
-    """Opcode classes of the loop body (backward branch) with the most HMMA instructions."""
+    """Opcode classes of the loop body (backward branch) with the most MMA instructions.
+
+    `fast` counts the body without the blocks that a conditional forward branch inside the
+    loop jumps over (LAZY_RESCALE's rare rescale): the instructions of a tile in steady state."""
     insns, labels = [], {}
     for line in text.splitlines():
         lab = _LABEL.match(line.strip())
@@ -118,20 +121,29 @@ def main_loop_mix(text: str) -> dict:
             continue
         m = _INSN.match(line)
         if m:
-            insns.append((m.group(2), m.group(4)))
+            insns.append((m.group(3), m.group(5), bool(m.group(2)) or m.group(4) == ".U"))
     best = None
-    for i, (op, args) in enumerate(insns):
+    for i, (op, args, _) in enumerate(insns):
         t = _TARGET.search(args) if op == "BRA" else None
         if t and labels.get(t.group(1), i + 1) <= i:
-            body = insns[labels[t.group(1)] : i + 1]
-            n_mma = sum(o == "HMMA" for o, _ in body)
+            lo = labels[t.group(1)]
+            n_mma = sum(o in ("HMMA", "HGMMA") for o, _, _ in insns[lo : i + 1])
             if best is None or n_mma > best[0]:
-                best = (n_mma, body)
-    if best is None:
-        return {c: 0 for c in COLUMNS}
-    ops = Counter(o for o, _ in best[1])
+                best = (n_mma, lo, i)
     mix = {c: 0 for c in COLUMNS}
-    mix["total"] = sum(ops.values())
+    if best is None:
+        return mix
+    _, lo, hi = best
+    body = insns[lo : hi + 1]
+    skipped = set()
+    for j in range(lo, hi):
+        op, args, conditional = insns[j]
+        t = _TARGET.search(args) if op == "BRA" and conditional else None
+        if t and j < labels.get(t.group(1), -1) <= hi:
+            skipped.update(range(j + 1, labels[t.group(1)]))
+    ops = Counter(o for o, _, _ in body)
+    mix["total"] = len(body)
+    mix["fast"] = len(body) - len(skipped)
     for op, n in ops.items():
         if op in CLASSES:
             mix[CLASSES[op]] += n
@@ -152,14 +164,11 @@ def variants(extra=()):
         out.append((f"v4 {name}", v4._mma_sparse_decode_kernel, V4_SIGNATURE,
                     dict(base, BLOCK_H=bh, BLOCK_T=bt, MMA_DTYPE=tl.bfloat16), w, st))
     configs = dict(v5.V5_CONFIGS)
-    configs.update({"h{}_t{}_w{}_s{}_f{}".format(*c): c for c in extra})
-    for name, (bh, bt, w, st, f16_rel) in configs.items():
-        for tag, d in (("v5", f16_rel), ("v5 pow2 only", False)):
-            if tag != "v5" and name not in v5.V5_CONFIGS:
-                continue
-            out.append((f"{tag} {name}", v5._mma_sparse_decode_v5_kernel, V5_SIGNATURE,
-                        dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=d, POW2_PAGES=True,
-                             MMA_DTYPE=tl.bfloat16, MMA16=tl.float16), w, st))
+    configs.update({"h{}_t{}_w{}_s{}_f16{:d}_lazy{:d}".format(*c): c for c in extra})
+    for name, (bh, bt, w, st, f16_rel, lazy) in configs.items():
+        out.append((f"v5 {name}", v5._mma_sparse_decode_v5_kernel, V5_SIGNATURE,
+                    dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=f16_rel, LAZY_RESCALE=lazy and not f16_rel,
+                         POW2_PAGES=True, MMA_DTYPE=tl.bfloat16, MMA16=tl.float16), w, st))
     return out
 
 
@@ -179,14 +188,14 @@ def measure(archs=(90, 120), only=None, extra=()) -> list[dict]:
 
 
 def print_table(rows) -> None:
-    print("| kernel | arch | regs | spills (st/ld B) | shared (B) | SASS/tile | HMMA | LDSM | BAR | cvt (F2F/F2FP/I2F/PRMT) "
-          "| LDS | STS | LDG | SASS per head-token | HMMA share |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| kernel | arch | regs | spills (st/ld B) | shared (B) | SASS/tile | without rare branch | HMMA | LDSM | BAR "
+          "| cvt (F2F/F2FP/I2F/PRMT) | LDS | STS | LDG | SASS per head-token | HMMA share |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        per_ht = r["total"] * r["warps"] / (r["BLOCK_H"] * r["BLOCK_T"])  # warp-instructions / (head x token)
+        per_ht = r["fast"] * r["warps"] / (r["BLOCK_H"] * r["BLOCK_T"])  # warp-instructions / (head x token)
         print(f"| {r['kernel']} | sm_{r['arch']} | {r['regs']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared']} | "
-              f"{r['total']} | {r['mma']} | {r['ldsm']} | {r['bar']} | {r['cvt']} | {r['lds']} | {r['sts']} | "
-              f"{r['ldg']} | {per_ht:.1f} | {100 * r['mma'] / max(r['total'], 1):.0f}% |")
+              f"{r['total']} | {r['fast']} | {r['mma']} | {r['ldsm']} | {r['bar']} | {r['cvt']} | {r['lds']} | {r['sts']} | "
+              f"{r['ldg']} | {per_ht:.1f} | {100 * r['mma'] / max(r['fast'], 1):.0f}% |")
 
 
 def main() -> None:
@@ -194,10 +203,10 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--configs", nargs="*", help="only kernels whose label contains one of these")
     ap.add_argument("--extra", nargs="*", default=[],
-                    help="more v5 configs to compile, BLOCK_H,BLOCK_T,warps,stages,F16_REL e.g. 16,32,4,1,1")
+                    help="more v5 configs, BLOCK_H,BLOCK_T,warps,stages,F16_REL,LAZY_RESCALE e.g. 32,32,8,1,1,0")
     args = ap.parse_args()
     extra = [tuple(int(x) for x in e.split(",")) for e in args.extra]
-    extra = [(bh, bt, w, st, bool(f)) for bh, bt, w, st, f in extra]
+    extra = [(bh, bt, w, st, bool(f), bool(z)) for bh, bt, w, st, f, z in extra]
     rows = measure(only=args.configs, extra=extra)
     print_table(rows)
     if args.json:
