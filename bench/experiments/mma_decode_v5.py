@@ -295,22 +295,25 @@ def _mma_sparse_decode_v5_kernel(
             k7 = rope.to(tl.float32).to(tl.float16).to(MMA16)
             s = tl.dot(_q16(q_ptrs, q_mask, qscale, 7, MMA16), tl.trans(k7), s * _pow2(e_new))
         else:
+            # Two score accumulators (even / odd groups): two 16-long chains of dependent MMAs per
+            # warp instead of one 32-long chain (at 32 heads each warp owns one 16x8 score tile).
             k0 = _k_scaled(r0, _exp_byte(sc_lo, sc_hi, 0), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
             k1 = _k_scaled(r1, _exp_byte(sc_lo, sc_hi, 1), MMA_DTYPE)
-            s = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1), s)
+            s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1))
             k2 = _k_scaled(r2, _exp_byte(sc_lo, sc_hi, 2), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
             k3 = _k_scaled(r3, _exp_byte(sc_lo, sc_hi, 3), MMA_DTYPE)
-            s = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s)
+            s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s_odd)
             k4 = _k_scaled(r4, _exp_byte(sc_lo, sc_hi, 4), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
             k5 = _k_scaled(r5, _exp_byte(sc_lo, sc_hi, 5), MMA_DTYPE)
-            s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
+            s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s_odd)
             k6 = _k_scaled(r6, _exp_byte(sc_lo, sc_hi, 6), MMA_DTYPE)
             s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
             k7 = rope.to(MMA_DTYPE)
-            s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
+            s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s_odd)
+            s += s_odd
 
         s = tl.where(valid[None, :], s * score_scale[:, None], float("-inf"))
         m_tile = tl.max(s, 1)
