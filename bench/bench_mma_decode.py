@@ -37,8 +37,8 @@ V5 = REPO / "bench/experiments/mma_decode_v5.py"
 # v5 main-loop path variants timed with --with-experiments, at v5's default split rule:
 # (BLOCK_H, BLOCK_T, warps, stages, F16_REL, LAZY_RESCALE).
 V5_VARIANTS = {
-    "v5_f16": (32, 32, 8, 1, True, False),
-    "v5_eager": (32, 32, 8, 1, False, False),
+    "v5_bf16K": (32, 32, 8, 1, False, True),
+    "v5_eager": (32, 32, 8, 1, True, False),
     "v5_h16t64": (16, 64, 8, 1, False, True),
 }
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"

@@ -2,7 +2,7 @@
 sm_120 and sm_90 on the CPU, fits sm_120's shared memory and does not spill.
 
 Mirrors tests/test_mma_aot.py (same specialisation, same ptxas report) and also checks the
-kernel paths the GPU sweep may select (fp16 K, rescale every tile). Compiles run in a
+kernel paths bench_mma_decode.py --with-experiments times (bf16 K, rescale every tile). Compiles run in a
 subprocess so this process's TRITON_INTERPRET setting cannot leak in.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ COUNTER = REPO / "bench/experiments/count_instructions.py"
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
 # Other main-loop paths of the shipped configs' shapes: (BLOCK_H, BLOCK_T, warps, stages, F16_REL, LAZY_RESCALE).
-PATH_VARIANTS = [(32, 32, 8, 1, True, False), (32, 32, 8, 1, False, False)]
+PATH_VARIANTS = [(32, 32, 8, 1, False, True), (32, 32, 8, 1, True, False), (32, 32, 8, 1, False, False)]
 
 
 def _compile_all() -> list[dict]:

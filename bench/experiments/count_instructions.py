@@ -49,10 +49,10 @@ DIV16 = (
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {
     "HMMA": "mma", "HGMMA": "mma", "LDSM": "ldsm", "BAR": "bar",
-    "F2F": "cvt", "F2FP": "cvt", "I2F": "cvt", "PRMT": "cvt", "I2FP": "cvt", "F2I": "cvt",
+    "F2F": "cvt", "F2FP": "cvt", "I2F": "cvt", "I2FP": "cvt", "F2I": "cvt", "PRMT": "prmt",
     "LDS": "lds", "STS": "sts", "STSM": "sts", "LDG": "ldg",
 }
-COLUMNS = ["total", "fast", "mma", "ldsm", "bar", "cvt", "lds", "sts", "ldg"]
+COLUMNS = ["total", "fast", "mma", "ldsm", "bar", "cvt", "prmt", "lds", "sts", "ldg"]
 
 
 def _nvidia_bin(tool: str) -> Path:
@@ -167,7 +167,7 @@ def variants(extra=()):
     configs.update({"h{}_t{}_w{}_s{}_f16{:d}_lazy{:d}".format(*c): c for c in extra})
     for name, (bh, bt, w, st, f16_rel, lazy) in configs.items():
         out.append((f"v5 {name}", v5._mma_sparse_decode_v5_kernel, V5_SIGNATURE,
-                    dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=f16_rel, LAZY_RESCALE=lazy and not f16_rel,
+                    dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=f16_rel, LAZY_RESCALE=lazy,
                          POW2_PAGES=True, MMA_DTYPE=tl.bfloat16, MMA16=tl.float16), w, st))
     return out
 
@@ -189,12 +189,12 @@ def measure(archs=(90, 120), only=None, extra=()) -> list[dict]:
 
 def print_table(rows) -> None:
     print("| kernel | arch | regs | spills (st/ld B) | shared (B) | SASS/tile | without rare branch | HMMA | LDSM | BAR "
-          "| cvt (F2F/F2FP/I2F/PRMT) | LDS | STS | LDG | SASS per head-token | HMMA share |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| F2F/F2FP/I2F/F2I | PRMT | LDS | STS | LDG | SASS per head-token | HMMA share |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         per_ht = r["fast"] * r["warps"] / (r["BLOCK_H"] * r["BLOCK_T"])  # warp-instructions / (head x token)
         print(f"| {r['kernel']} | sm_{r['arch']} | {r['regs']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared']} | "
-              f"{r['total']} | {r['fast']} | {r['mma']} | {r['ldsm']} | {r['bar']} | {r['cvt']} | {r['lds']} | {r['sts']} | "
+              f"{r['total']} | {r['fast']} | {r['mma']} | {r['ldsm']} | {r['bar']} | {r['cvt']} | {r['prmt']} | {r['lds']} | {r['sts']} | "
               f"{r['ldg']} | {per_ht:.1f} | {100 * r['mma'] / max(r['fast'], 1):.0f}% |")
 
 

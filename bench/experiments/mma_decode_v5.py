@@ -192,7 +192,7 @@ def _mma_sparse_decode_v5_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_T: tl.constexpr,
     F16_REL: tl.constexpr,  # fp16 operands, K scaled relative to the running exponent (else v4's bf16)
-    LAZY_RESCALE: tl.constexpr,  # rescale only when a row max grows by > 2^8 (bf16 path only)
+    LAZY_RESCALE: tl.constexpr,  # rescale only when a row max grows by > 2^8 (or e_run moves)
     POW2_PAGES: tl.constexpr,
     MMA_DTYPE: tl.constexpr,  # bf16 (F16_REL=False); fp32 of bf16-rounded values interpreted
     MMA16: tl.constexpr,  # fp16 (F16_REL=True); fp32 of fp16-rounded values interpreted
@@ -318,28 +318,35 @@ def _mma_sparse_decode_v5_kernel(
         s = tl.where(valid[None, :], s * score_scale[:, None], float("-inf"))
         m_tile = tl.max(s, 1)
         if LAZY_RESCALE:
-            # Move the running max (and rescale the 8 accumulators, 64 values per thread at
-            # 32 heads) only when some row's max grew by more than 2^8; otherwise p <= 2^8,
-            # which bf16 P, fp32 sums and fp32 accumulators hold without loss.
-            if tl.max(m_tile - m_i, 0) > 8.0:
+            # Move the running max (and rescale the accumulators, 64 values per thread at 32
+            # heads) only when some row's max grew by more than 2^8, or (F16_REL) the K scale
+            # reference e_run moved; otherwise p <= 2^8, which the bf16 / fp16 P and the fp32
+            # sums and accumulators hold without loss.
+            move = tl.max(m_tile - m_i, 0) > 8.0
+            if F16_REL:
+                move = move | (e_new > e_run)
+            if move:
                 m_new = tl.maximum(m_i, m_tile)
-                a = tl.math.exp2(m_i - m_new)[:, None]
-                acc0 = acc0 * a
-                acc1 = acc1 * a
-                acc2 = acc2 * a
-                acc3 = acc3 * a
-                acc4 = acc4 * a
-                acc5 = acc5 * a
-                acc6 = acc6 * a
+                alpha = tl.math.exp2(m_i - m_new)
+                a = alpha[:, None]
+                a_nope = a
+                if F16_REL:
+                    a_nope = (alpha * _pow2(tl.maximum(e_run - e_new + 127, 1)))[:, None]
+                    e_run = e_new
+                acc0 = acc0 * a_nope
+                acc1 = acc1 * a_nope
+                acc2 = acc2 * a_nope
+                acc3 = acc3 * a_nope
+                acc4 = acc4 * a_nope
+                acc5 = acc5 * a_nope
+                acc6 = acc6 * a_nope
                 acc7 = acc7 * a
                 l_part = l_part * a
                 m_i = m_new
             p = tl.math.exp2(s - m_i[:, None])
             l_part += p
-            p16 = p.to(tl.bfloat16).to(MMA_DTYPE)
             a = tl.full([BLOCK_H, 1], 1.0, tl.float32)
             a_nope = a
-            acc7 = tl.dot(p16, k7, acc7)
         else:
             m_new = tl.maximum(m_i, m_tile)
             alpha = tl.math.exp2(m_i - m_new)
@@ -347,17 +354,17 @@ def _mma_sparse_decode_v5_kernel(
             a = alpha[:, None]
             l_part = l_part * a + p
             m_i = m_new
+            a_nope = a
             if F16_REL:
-                # One fp16 P (<= 1) for all groups; the nope accumulators move to units of
-                # 2^(e_new-127) inside the softmax rescale (a [BLOCK_H] multiply, no extra pass).
-                p16 = p.to(tl.float16).to(MMA16)
+                # The nope accumulators move to units of 2^(e_new-127) inside the softmax
+                # rescale (a [BLOCK_H] multiply, no extra pass).
                 a_nope = (alpha * _pow2(tl.maximum(e_run - e_new + 127, 1)))[:, None]
                 e_run = e_new
-                acc7 = tl.dot(p16, k7, acc7 * a)
-            else:
-                p16 = p.to(tl.bfloat16).to(MMA_DTYPE)
-                a_nope = a
-                acc7 = tl.dot(p16, k7, acc7 * a)
+        if F16_REL:
+            p16 = p.to(tl.float16).to(MMA16)  # one fp16 P (<= 2^8) for all groups
+        else:
+            p16 = p.to(tl.bfloat16).to(MMA_DTYPE)
+        acc7 = tl.dot(p16, k7, acc7 * a)
         acc0 = tl.dot(p16, k0, acc0 * a_nope)
         acc1 = tl.dot(p16, k1, acc1 * a_nope)
         acc2 = tl.dot(p16, k2, acc2 * a_nope)
@@ -402,8 +409,8 @@ def _mma_sparse_decode_v5_kernel(
 # (BLOCK_H, BLOCK_T, num_warps, num_stages, F16_REL, LAZY_RESCALE). Compiled for sm_120 and sm_90 by
 # tests/test_mma_aot_v5.py (shared memory, spills); instruction mix in count_instructions.py.
 V5_CONFIGS = {
-    "h16_t64_w8": (16, 64, 8, 1, False, True),
-    "h32_t32_w8": (32, 32, 8, 1, False, True),
+    "h16_t64_w8": (16, 64, 8, 1, False, True),  # fp16 K spills here (44-88 bytes)
+    "h32_t32_w8": (32, 32, 8, 1, True, True),
 }
 pick_num_splits = v4.pick_num_splits
 pick_config = v4.pick_config  # same shape rule as v4 (same config names)
@@ -497,7 +504,7 @@ def mma_sparse_decode(
         BLOCK_H=block_h,
         BLOCK_T=block_t,
         F16_REL=f16_rel,
-        LAZY_RESCALE=lazy and not f16_rel,
+        LAZY_RESCALE=lazy,
         POW2_PAGES=pow2,
         MMA_DTYPE=tl.float32 if interp else tl.bfloat16,
         MMA16=tl.float32 if interp else tl.float16,
