@@ -2,22 +2,27 @@
 
 Same contract and entry points as the shipped kernel
 (overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py, "v4"): `mma_sparse_decode(...)`
-and `flash_mla_sparse_decode_mma(...)`. What changes inside the main loop:
+and `flash_mla_sparse_decode_mma(...)`. Changes inside the main loop, each cutting SASS
+instructions or barriers per tile (docs/mma_decode_notes.md, "v5 candidate"):
 
-* F16_REL: fp16 MMA operands everywhere. Each fp8 nope group becomes
-  `cvt e4m3x2 -> f16x2` times one packed fp16 multiply by 2^(e[t,g] - e_new), where e_new is
-  the largest UE8M0 exponent the program has seen (so K <= 448, exact while a token's scale is
-  within 2^15 of that maximum). v4 instead did cvt e4m3x2 -> f16x2, then per value
-  cvt f16 -> bf16 and a bf16 multiply. The common factor 2^(e_new-127) is applied to the
-  [BLOCK_H, T] scores (one multiply) and kept on the accumulators, which move to a new e_new
-  inside the softmax rescale (acc * alpha already happens). q is scaled per head by a power of
-  two putting its largest value in [2^7, 2^8) (fp16 range; the inverse goes into the score
-  scale); P <= 1 is fp16 (11 bits, v4's bf16 P has 8); the bf16 rope columns become fp16.
 * POW2_PAGES: page / offset of a cache index by shift and mask (every DSv4 pool has a
   power-of-two page size) instead of a 32-bit integer division per token.
+* The UE8M0 bytes of a token load as two int32 words in the layout of the fp8 tile they scale
+  (v4's [T, 8] byte tile went through shared memory once per column group).
+* Row sums of p accumulate per element and are reduced once after the loop.
+* LAZY_RESCALE: the running max and the accumulators move only when a row max grows by more
+  than 2^8 (one CTA-wide max per tile decides; p <= 2^8 otherwise).
+* Two score accumulators (even / odd groups): half as long a chain of dependent MMAs.
+* F16_REL (32-head config): fp16 MMA operands. Each fp8 group is `cvt e4m3x2 -> f16x2` times one
+  packed fp16 multiply by 2^(e[t,g] - e_run), e_run the largest UE8M0 exponent the program has
+  seen (K <= 448; exact while a token's scale is within 2^15 of it). v4 converted every value
+  f16 -> bf16 (quarter-rate F2F) before a bf16 multiply. 2^(e_run-127) multiplies the
+  [BLOCK_H, T] scores and stays on the accumulators, which move with the softmax rescale. q is
+  scaled per head by a power of two putting its largest value in [2^7, 2^8) (exact, fp16-safe;
+  the inverse goes into the score scale); P is fp16; the bf16 rope columns become fp16.
 
-Shared pieces (index loads, sink, split combine, launch helpers) are imported from the
-shipped module by file path, not copied.
+Shared pieces (index loads, sink, split combine, split rule, launch helpers) are imported from
+the shipped module by file path, not copied.
 """
 
 from __future__ import annotations
@@ -95,8 +100,8 @@ def _load_tile(
     HAS_EXTRA: tl.constexpr, POW2_PAGES: tl.constexpr,
 ):
     """v4's tile load (7 fp8 groups [T, 2, 32], bf16 rope [T, 64]) with the UE8M0 exponent bytes
-    as two [T] int32 words (bytes 1 for invalid tokens), and shift/mask page addressing when every page
-    size is a power of two."""
+    as two [T] int32 words (bytes 0x01 for invalid tokens), and shift/mask page addressing when
+    every page size is a power of two."""
     valid = idx >= 0
     idx = tl.where(valid, idx, 0)
     base = main_u8
