@@ -16,7 +16,7 @@ instructions or barriers per tile (docs/mma_decode_notes.md, "v5 candidate"):
 * F16_REL (32-head config): fp16 MMA operands. Each fp8 group is `cvt e4m3x2 -> f16x2` times one
   packed fp16 multiply by 2^(e[t,g] - e_run), e_run the largest UE8M0 exponent the program has
   seen (K <= 448; exact while a token's scale is within 2^15 of it). v4 converted every value
-  f16 -> bf16 (quarter-rate F2F) before a bf16 multiply. 2^(e_run-127) multiplies the
+  f16 -> bf16 (F2F, a slow conversion-pipe op) before a bf16 multiply. 2^(e_run-127) multiplies the
   [BLOCK_H, T] scores and stays on the accumulators, which move with the softmax rescale. q is
   scaled per head by a power of two putting its largest value in [2^7, 2^8) (exact, fp16-safe;
   the inverse goes into the score scale); P is fp16; the bf16 rope columns become fp16.
