@@ -19,7 +19,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
@@ -310,7 +309,7 @@ def fmt(x, nd=1):
 
 def print_table(rows, bw):
     print()
-    print(f"| shape | ours (us) | upstream per-head (us) | FlashMLA SM90 (us) | HBM floor (us) | ours vs upstream | ours vs FlashMLA | % of roofline |")
+    print("| shape | ours (us) | upstream per-head (us) | FlashMLA SM90 (us) | HBM floor (us) | ours vs upstream | ours vs FlashMLA | % of roofline |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         up, fm = r.get("upstream_us"), r.get("flashmla_us")

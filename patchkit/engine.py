@@ -5,7 +5,6 @@ which artifacts) and patches/<upstream>/ + overlay/ (what to change).
 """
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 
 from . import PatchkitError

@@ -47,7 +47,8 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def find_artifact_url(index_url: str, package: str, artifact: str) -> str:
+def index_links(index_url: str, package: str) -> list[tuple[str, str, str]]:
+    """(file name, url without fragment, sha256 or '') for every file on the package's simple page."""
     page = f"{index_url.rstrip('/')}/{_normalise(package)}/"
     try:
         with urllib.request.urlopen(page, timeout=60) as resp:
@@ -56,11 +57,19 @@ def find_artifact_url(index_url: str, package: str, artifact: str) -> str:
         raise PatchkitError(f"cannot read package index page {page}: {exc}") from None
     parser = _Links()
     parser.feed(html)
+    links = []
     for href in parser.hrefs:
-        url, _ = urldefrag(urljoin(page, href))
-        if url.rsplit("/", 1)[-1] == artifact:
+        url, fragment = urldefrag(urljoin(page, href))
+        digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
+        links.append((url.rsplit("/", 1)[-1], url, digest))
+    return links
+
+
+def find_artifact_url(index_url: str, package: str, artifact: str) -> str:
+    for name, url, _ in index_links(index_url, package):
+        if name == artifact:
             return url
-    raise PatchkitError(f"{page}: expected artifact {artifact}, found no such file on the index")
+    raise PatchkitError(f"{index_url}: expected artifact {artifact} of {package}, found no such file on the index")
 
 
 def _download(url: str, dest: Path, label: str) -> None:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin
 
 from . import PatchkitError
-from .fetch import _Links, _normalise, cache_dir
+from .fetch import _normalise, cache_dir, index_links
 
 _SDIST_SUFFIXES = (".tar.gz", ".tar.bz2", ".zip", ".tgz")
 
@@ -51,24 +49,6 @@ def artifact_version(filename: str) -> str:
 def _same_version(a: str, b: str) -> bool:
     norm = lambda v: re.sub(r"[-_.]+", ".", v).lower()
     return norm(a) == norm(b)
-
-
-def index_links(index_url: str, package: str) -> list[tuple[str, str, str]]:
-    """(file name, url without fragment, sha256 or '') for every file on the package's simple page."""
-    page = f"{index_url.rstrip('/')}/{_normalise(package)}/"
-    try:
-        with urllib.request.urlopen(page, timeout=60) as resp:
-            html = resp.read().decode("utf-8", "replace")
-    except OSError as exc:
-        raise PatchkitError(f"cannot read package index page {page}: {exc}") from None
-    parser = _Links()
-    parser.feed(html)
-    links = []
-    for href in parser.hrefs:
-        url, fragment = urldefrag(urljoin(page, href))
-        digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
-        links.append((url.rsplit("/", 1)[-1], url, digest))
-    return links
 
 
 def choose_artifact(links, package: str, version: str, like: str) -> Release:

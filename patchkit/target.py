@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import PatchkitError

@@ -91,7 +91,7 @@ def install_serving(venv: Path) -> int:
     if rc:
         say(f"installed and patched in {venv}; serving is not possible on this machine yet (see the verdict above)")
     else:
-        say(f"ready: make serve (or make smoke)")
+        say("ready: make serve (or make smoke)")
     return 0   # the install itself succeeded; doctor's verdict is about the machine
 
 

@@ -12,7 +12,6 @@ Weights are random (`--load-format dummy`); the tokenizer is serving/tiny_tokeni
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
