@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from . import PatchkitError
+from .conditions import conditions_of, unreached_reasons
 from .engine import Engine
 from .report import format_state, table
 from .state import APPLIED, PRISTINE
@@ -51,6 +52,7 @@ def cmd_check(engine, args) -> int:
                 problems.append("header lacks " + ", ".join(p.missing_trailers()))
             if p.name in trips:
                 problems.append(trips[p.name].split(": ", 1)[1])
+            problems += reach_problems(p, chain, pristine)
             failed |= bool(problems)
             rows.append([name, p.name, "ok" if not problems else "FAIL", "; ".join(problems) or "exact, round-trips"])
         for rel in series.unclaimed:
@@ -69,6 +71,21 @@ def cmd_fetch(engine, args) -> int:
             Path(args.into).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, Path(args.into) / path.name)
     return 0
+
+
+def reach_problems(patch, chain, pristine) -> list[str]:
+    """A patch's Reached-If / Unreached-If trailers must parse and say "reached" on the pinned release."""
+    try:
+        conds = conditions_of(patch.trailers, f"{patch.name}: ")
+    except PatchkitError as exc:
+        return [str(exc)]
+
+    def read(path):
+        if path in chain.files:
+            return chain.files[path].final
+        return pristine.read(path) if pristine.has(path) else None
+
+    return [f"not reached on the pin: {r}" for r in unreached_reasons(conds, read)]
 
 
 def cmd_worktree(engine, args) -> int:

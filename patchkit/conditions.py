@@ -8,7 +8,7 @@ expression searched in that file (multi-line mode):
 
 A patch is "no longer reached" on a release where any Reached-If fails (its file gone or the regex
 unmatched) or any Unreached-If matches. `rebase` evaluates them on the new release with the series
-replayed; on the pinned release every condition must say "reached" (`check_on_pin`).
+replayed; on the pinned release every condition must say "reached" (`apply.py check` enforces it).
 """
 from __future__ import annotations
 

@@ -271,3 +271,18 @@ def test_tree_applied_by_an_older_series_is_refreshed_by_apply(target, repo_copy
     assert r.returncode == 0 and f"target {target}: applied" in r.stdout
     assert run_cli(REPO, "revert", "--target", str(target)).returncode == 0
     assert Engine.from_repo(REPO).verify_pristine_tree(target) == []
+
+
+def test_check_rejects_reach_trailers_that_fail_on_the_pin(repo_copy):
+    """An Unreached-If that already matches the pinned release would make rebase reports meaningless."""
+    patch = next(p for s in sorted((repo_copy / "patches").glob("*/*.patch")) for p in [s]
+                 if "\nUnreached-If: " in p.read_text())
+    text = patch.read_text()
+    line = next(l for l in text.splitlines() if l.startswith("Unreached-If: "))
+    path = line.split(": ", 1)[1].split(" ~ ")[0]
+    patch.write_text(text.replace(line, f"Unreached-If: {path} ~ import"))
+    r = run_cli(repo_copy, "check")
+    assert r.returncode == 1 and "not reached on the pin" in r.stdout
+    patch.write_text(text.replace(line, f"Unreached-If: {path} ~ ("))
+    r = run_cli(repo_copy, "check")
+    assert r.returncode == 1 and "invalid regex" in r.stdout
