@@ -52,9 +52,11 @@ def cmd_check(engine, args) -> int:
                 problems.append("header lacks " + ", ".join(p.missing_trailers()))
             if p.name in trips:
                 problems.append(trips[p.name].split(": ", 1)[1])
-            problems += reach_problems(p, chain, pristine)
+            broken, unreached = reach_problems(p, chain, pristine)
+            problems += broken
             failed |= bool(problems)
-            rows.append([name, p.name, "ok" if not problems else "FAIL", "; ".join(problems) or "exact, round-trips"])
+            verdict = "FAIL" if problems else "warn" if unreached else "ok"
+            rows.append([name, p.name, verdict, "; ".join(problems + unreached) or "exact, round-trips"])
         for rel in series.unclaimed:
             failed = True
             rows.append([name, f"overlay/{rel}", "FAIL", f"no patch claims it (add 'Overlay: {rel}' to one)"])
@@ -73,19 +75,23 @@ def cmd_fetch(engine, args) -> int:
     return 0
 
 
-def reach_problems(patch, chain, pristine) -> list[str]:
-    """A patch's Reached-If / Unreached-If trailers must parse and say "reached" on the pinned release."""
+def reach_problems(patch, chain, pristine) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a patch's Reached-If / Unreached-If trailers on the pinned release.
+
+    A trailer that does not parse is an error. One that says "not reached" is a warning: a rebase may
+    knowingly keep such a patch (it reports it), but the user should see it on every check.
+    """
     try:
         conds = conditions_of(patch.trailers, f"{patch.name}: ")
     except PatchkitError as exc:
-        return [str(exc)]
+        return [str(exc)], []
 
     def read(path):
         if path in chain.files:
             return chain.files[path].final
         return pristine.read(path) if pristine.has(path) else None
 
-    return [f"not reached on the pin: {r}" for r in unreached_reasons(conds, read)]
+    return [], [f"not reached on the pin: {r}" for r in unreached_reasons(conds, read)]
 
 
 def cmd_worktree(engine, args) -> int:
