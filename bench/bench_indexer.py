@@ -24,30 +24,12 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import dsv4_indexer_cases as C  # noqa: E402
+from timing import capture_graph, event_ms  # noqa: E402
 
 
 def graph_time_ms(fn, iters: int) -> tuple[torch.cuda.CUDAGraph, callable]:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-
-    def measure():
-        for _ in range(2):
-            graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / iters
-
-    return graph, measure
+    graph = capture_graph(fn)
+    return graph, lambda: event_ms(graph.replay, iters, warmup=2)
 
 
 def main() -> None:

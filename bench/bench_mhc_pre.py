@@ -25,31 +25,15 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import dsv4_indexer_cases as C  # noqa: E402
+from timing import capture_graph, event_ms  # noqa: E402
 
 
 def eager_ms(fn, iters):
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    return event_ms(fn, iters)
 
 
 def graph_ms(fn, iters):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return eager_ms(graph.replay, iters)
+    return event_ms(capture_graph(fn).replay, iters)
 
 
 def main() -> None:

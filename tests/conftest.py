@@ -44,3 +44,19 @@ def patched_root(pristine_root, tmp_path_factory) -> Path:
     shutil.copytree(pristine_root, root)
     Engine.from_repo(REPO).apply(root, log=lambda *_: None)
     return root
+
+
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """torch.empty returns NaN-filled float tensors: an output element a kernel never writes shows up."""
+    import torch
+
+    real_empty = torch.empty
+
+    def empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", empty)

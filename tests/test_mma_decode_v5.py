@@ -21,7 +21,7 @@ sys.path.insert(0, str(TESTS))
 
 from mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64  # noqa: E402
 from test_mma_decode import CASES, REL_TOL, _oracle, _rel  # noqa: E402,F401
-from test_mma_decode import oracle, poisoned_empty  # noqa: E402,F401  (fixtures)
+from test_mma_decode import oracle  # noqa: E402,F401  (fixture)
 from upstream import load_module  # noqa: E402
 
 V5 = REPO / "bench/experiments/mma_decode_v5.py"
