@@ -29,22 +29,10 @@ V4_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 V5_PATH = Path(__file__).resolve().parent / "mma_decode_v5.py"
 SM120_SHARED_LIMIT = 101376
 
-# Same specialisation as tests/test_mma_aot.py (production: 16-byte aligned pointers, strides,
-# widths and page strides multiples of 16).
-V4_SIGNATURE = dict(
-    q_ptr="*bf16", stride_qb="i32", stride_qh="i32",
-    main_u8="*u8", main_idx="*i32", main_idx_stride="i32", main_len="*i32", main_topk="i32",
-    main_page="i32", main_page_bytes="i32",
-    extra_u8="*u8", extra_idx="*i32", extra_idx_stride="i32", extra_len="*i32", extra_topk="i32",
-    extra_page="i32", extra_page_bytes="i32",
-    sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
-    H="i32", num_splits="i32", qk_scale_log2="fp32",
-)
+# The shipped kernel's signature and production specialisation, as the AOT test compiles it.
+from test_mma_aot import DIV16, MAIN_SIGNATURE as V4_SIGNATURE  # noqa: E402
+
 V5_SIGNATURE = {**V4_SIGNATURE, "main_shift": "i32", "extra_shift": "i32"}  # ordered by arg_names below
-DIV16 = (
-    "stride_qb", "stride_qh", "main_idx_stride", "extra_idx_stride", "main_topk",
-    "extra_topk", "main_page_bytes", "extra_page_bytes", "H",
-)
 
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {
