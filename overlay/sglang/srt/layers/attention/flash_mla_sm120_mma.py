@@ -17,6 +17,12 @@ Configs come from a fixed table (no autotuning), so a first call inside a CUDA-g
 capture works. The public function goes through a torch custom op so that
 `torch.compile(fullgraph=True)` sees one opaque node.
 
+Main loop, per tile: page / offset by shift and mask when every page size is a power of two
+(chosen on the host); each token's UE8M0 bytes load as two int32 words in the fp8 tile's
+layout; row sums are reduced once after the loop; the running max and the accumulators move
+only when a row max grows by more than 2^8; even / odd column groups accumulate into two
+score tiles (two short chains of dependent MMAs instead of one long one).
+
 KV layout (DeepSeekV4SingleKVPool, 584 bytes per token, page of P tokens, page stride
 ceil(P*584/576)*576 bytes): token t's 448 fp8-e4m3 "nope" values at t*576, its 64 bf16
 rope values at t*576+448, its 7 UE8M0 scale bytes (2^(e-127) per 64 values) at
@@ -37,12 +43,28 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _dequant(raw, scale_bytes, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+def _pow2(e):
+    """2^(e-127) as float32 for an int32 biased exponent e in [1, 254] (exact)."""
+    return (e << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp_byte(sc_lo, sc_hi, G: tl.constexpr):
+    """UE8M0 exponent of column group G (1 for invalid tokens) as int32 [T]."""
+    if G < 4:
+        e = (sc_lo >> (8 * G)) & 0xFF
+    else:
+        e = (sc_hi >> (8 * (G - 4))) & 0xFF
+    return e
+
+
+@triton.jit
+def _dequant(raw, sc_lo, sc_hi, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
     """fp8 [T, 2, 32] of column group G times 2^(e-127), e its UE8M0 byte -> [T, 64]."""
-    grp = tl.arange(0, 8)
-    e = tl.sum(tl.where(grp[None, :] == G, scale_bytes.to(tl.int32), 0), axis=1)
-    sc = (e << 23).to(tl.float32, bitcast=True).to(MMA_DTYPE)
-    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * sc[:, None, None]
+    # Op order matters at ~254 registers: building the scale before converting the fp8 tile
+    # made ptxas spill (sm_90, 16-head x 64-token config, split).
+    e = _exp_byte(sc_lo, sc_hi, G)
+    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * _pow2(e).to(MMA_DTYPE)[:, None, None]
     return tl.reshape(k, [raw.shape[0], 64])
 
 
@@ -79,23 +101,30 @@ def _load_indices(
 @triton.jit
 def _load_tile(
     idx, pos, n_main,
-    main_u8, main_page, main_page_bytes, extra_u8, extra_page, extra_page_bytes,
-    HAS_EXTRA: tl.constexpr,
+    main_u8, main_page, main_page_bytes, main_shift, extra_u8, extra_page, extra_page_bytes, extra_shift,
+    HAS_EXTRA: tl.constexpr, POW2_PAGES: tl.constexpr,
 ):
     """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
-    [T, 2, 32], the bf16 rope [T, 64] and the 8 scale-footer bytes [T, 8] of each token."""
+    [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T]."""
     valid = idx >= 0
     idx = tl.where(valid, idx, 0)
     base = main_u8
     page_size = main_page
+    shift = main_shift
     page_bytes = main_page_bytes.to(tl.int64)
     if HAS_EXTRA:
         in_main = pos < n_main
         base = tl.where(in_main, main_u8, extra_u8)
         page_size = tl.where(in_main, main_page, extra_page)
+        shift = tl.where(in_main, main_shift, extra_shift)
         page_bytes = tl.where(in_main, main_page_bytes, extra_page_bytes).to(tl.int64)
-    page = (idx // page_size).to(tl.int64)
-    off = idx % page_size
+    if POW2_PAGES:
+        # Every DSv4 pool has a power-of-two page: no 32-bit integer division per token.
+        page = (idx >> shift).to(tl.int64)
+        off = idx & (page_size - 1)
+    else:
+        page = (idx // page_size).to(tl.int64)
+        off = idx % page_size
     data = base + tl.multiple_of(page * page_bytes + off * 576, 64)
     scale = base + (page * page_bytes + (page_size * 576 + off * 8))
     dim = tl.arange(0, 64)
@@ -113,8 +142,12 @@ def _load_tile(
     r5 = tl.load(p3 + 320, mask=m3, other=0)
     r6 = tl.load(p3 + 384, mask=m3, other=0)
     rope = tl.load((data + 448).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
-    sc8 = tl.load(scale[:, None] + tl.arange(0, 8)[None, :], mask=m, other=127)
-    return r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid
+    # Two int32 words in the [T] layout the group multiplies use: a [T, 8] byte tile sliced per
+    # group went through shared memory once per group.
+    s32 = scale.to(tl.pointer_type(tl.int32))
+    sc_lo = tl.load(s32, mask=valid, other=0x01010101)
+    sc_hi = tl.load(s32 + 1, mask=valid, other=0x01010101)
+    return r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid
 
 
 @triton.jit
@@ -133,6 +166,23 @@ def _sink_weight(lse2, sink2):
 
 
 @triton.jit
+def _finish_rows(m2, l, sink_ptr, heads, head_ok, HAS_SINK: tl.constexpr):
+    """Softmax epilogue shared by the decode and combine kernels. m2: log2-domain reference,
+    l: sum of 2^(score - m2) over the row's tokens. Returns the factor for the unnormalised
+    output (1 / l, times the sink weight; 0 for rows without a token) and the log2 LSE (sink
+    included when HAS_SINK)."""
+    has_tok = l > 0.0
+    safe_l = tl.where(has_tok, l, 1.0)
+    lse2 = tl.where(has_tok, m2 + tl.math.log2(safe_l), float("-inf"))
+    factor = tl.where(has_tok, 1.0 / safe_l, 0.0)
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
+        w, lse2 = _sink_weight(lse2, sink2)
+        factor = tl.where(has_tok, factor * w, 0.0)  # w is NaN for lse2 = sink2 = -inf
+    return factor, lse2
+
+
+@triton.jit
 def _mma_sparse_decode_kernel(
     q_ptr,
     stride_qb,
@@ -144,6 +194,7 @@ def _mma_sparse_decode_kernel(
     main_topk,
     main_page,
     main_page_bytes,
+    main_shift,  # log2(main_page) when POW2_PAGES
     extra_u8,
     extra_idx,
     extra_idx_stride,
@@ -151,6 +202,7 @@ def _mma_sparse_decode_kernel(
     extra_topk,
     extra_page,
     extra_page_bytes,
+    extra_shift,
     sink_ptr,
     out_ptr,  # [B, H, 512] bf16 (final; used when not SPLIT)
     lse_ptr,  # [B, H] f32 natural log, sink included (final; used when not SPLIT)
@@ -164,6 +216,7 @@ def _mma_sparse_decode_kernel(
     HAS_EXTRA_LEN: tl.constexpr,
     HAS_SINK: tl.constexpr,
     SPLIT: tl.constexpr,
+    POW2_PAGES: tl.constexpr,  # every page size a power of two (host decides)
     BLOCK_H: tl.constexpr,
     BLOCK_T: tl.constexpr,
     MMA_DTYPE: tl.constexpr,  # bf16; fp32 (of bf16-rounded values) under the CPU interpreter
@@ -195,7 +248,8 @@ def _mma_sparse_decode_kernel(
     end = tl.minimum(start + chunk, total)
 
     m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
+    # Row sums kept per element and reduced once after the loop: no cross-warp sum per tile.
+    l_part = tl.zeros([BLOCK_H, BLOCK_T], tl.float32)
     # The 512 output columns as 8 accumulators of 64: one per dequant group (7 nope + rope).
     acc0 = tl.zeros([BLOCK_H, 64], tl.float32)
     acc1 = tl.zeros([BLOCK_H, 64], tl.float32)
@@ -210,69 +264,79 @@ def _mma_sparse_decode_kernel(
     # KV latency is exposed (one CTA per SM leaves little other work to hide it behind).
     pos = start + tl.arange(0, BLOCK_T)
     idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
-    r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = _load_tile(
-        idx, pos, n_main, main_u8, main_page, main_page_bytes, extra_u8, extra_page, extra_page_bytes, HAS_EXTRA)
+    r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = _load_tile(
+        idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
+        extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
     pos += BLOCK_T
     idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
     for t0 in range(start, end, BLOCK_T):
-        n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid = _load_tile(
-            idx, pos, n_main, main_u8, main_page, main_page_bytes, extra_u8, extra_page, extra_page_bytes, HAS_EXTRA)
+        n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid = _load_tile(
+            idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
+            extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
         pos += BLOCK_T
         idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
 
-        # Each KV column group is dequantised once, then shared by all BLOCK_H heads.
-        k0 = _dequant(r0, sc8, 0, MMA_DTYPE)
+        # Each KV column group is dequantised once, then shared by all BLOCK_H heads. Even and
+        # odd groups go to two score accumulators: at 32 heads each warp owns one 16x8 score
+        # tile, so this halves its chain of dependent MMAs.
+        k0 = _dequant(r0, sc_lo, sc_hi, 0, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
-        k1 = _dequant(r1, sc8, 1, MMA_DTYPE)
-        s = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1), s)
-        k2 = _dequant(r2, sc8, 2, MMA_DTYPE)
+        k1 = _dequant(r1, sc_lo, sc_hi, 1, MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1))
+        k2 = _dequant(r2, sc_lo, sc_hi, 2, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
-        k3 = _dequant(r3, sc8, 3, MMA_DTYPE)
-        s = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s)
-        k4 = _dequant(r4, sc8, 4, MMA_DTYPE)
+        k3 = _dequant(r3, sc_lo, sc_hi, 3, MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s_odd)
+        k4 = _dequant(r4, sc_lo, sc_hi, 4, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
-        k5 = _dequant(r5, sc8, 5, MMA_DTYPE)
-        s = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s)
-        k6 = _dequant(r6, sc8, 6, MMA_DTYPE)
+        k5 = _dequant(r5, sc_lo, sc_hi, 5, MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s_odd)
+        k6 = _dequant(r6, sc_lo, sc_hi, 6, MMA_DTYPE)
         s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
         k7 = rope.to(MMA_DTYPE)
-        s = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s_odd)
 
-        s = tl.where(valid[None, :], s * qk_scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
+        s = tl.where(valid[None, :], (s + s_odd) * qk_scale_log2, float("-inf"))
+        m_tile = tl.max(s, 1)
+        # Lazy rescale: move the running max (and the accumulators, 64 values per thread at 32
+        # heads) only when some row's max grew by more than 2^8; otherwise p <= 2^8, which the
+        # bf16 P and the fp32 sums and accumulators hold without loss. One CTA-wide max decides.
+        if tl.max(m_tile - m_i, 0) > 8.0:
+            m_new = tl.maximum(m_i, m_tile)
+            a = tl.math.exp2(m_i - m_new)[:, None]
+            acc0 = acc0 * a
+            acc1 = acc1 * a
+            acc2 = acc2 * a
+            acc3 = acc3 * a
+            acc4 = acc4 * a
+            acc5 = acc5 * a
+            acc6 = acc6 * a
+            acc7 = acc7 * a
+            l_part = l_part * a
+            m_i = m_new
+        p = tl.math.exp2(s - m_i[:, None])
+        l_part += p
         p = p.to(tl.bfloat16).to(MMA_DTYPE)
-        a = alpha[:, None]
-        acc0 = tl.dot(p, k0, acc0 * a)
-        acc1 = tl.dot(p, k1, acc1 * a)
-        acc2 = tl.dot(p, k2, acc2 * a)
-        acc3 = tl.dot(p, k3, acc3 * a)
-        acc4 = tl.dot(p, k4, acc4 * a)
-        acc5 = tl.dot(p, k5, acc5 * a)
-        acc6 = tl.dot(p, k6, acc6 * a)
-        acc7 = tl.dot(p, k7, acc7 * a)
-        r0, r1, r2, r3, r4, r5, r6, rope, sc8, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc8, nvalid
+        acc7 = tl.dot(p, k7, acc7)
+        acc0 = tl.dot(p, k0, acc0)
+        acc1 = tl.dot(p, k1, acc1)
+        acc2 = tl.dot(p, k2, acc2)
+        acc3 = tl.dot(p, k3, acc3)
+        acc4 = tl.dot(p, k4, acc4)
+        acc5 = tl.dot(p, k5, acc5)
+        acc6 = tl.dot(p, k6, acc6)
+        r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid
 
-    has_tok = l_i > 0.0
-    inv_l = 1.0 / tl.where(has_tok, l_i, 1.0)
-    lse2 = tl.where(has_tok, m_i + tl.math.log2(tl.where(has_tok, l_i, 1.0)), float("-inf"))
+    l_i = tl.sum(l_part, 1)
     if SPLIT:
         # Normalised partial output + log2 LSE; the combine kernel merges and adds the sink.
+        factor, lse2 = _finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
         base = (row * num_splits + split) * H + heads
         tl.store(part_lse_ptr + base, lse2, mask=head_ok)
         o_ptrs = part_out_ptr + base[:, None] * 512 + dim[None, :]
-        factor = inv_l
     else:
-        factor = tl.where(has_tok, inv_l, 0.0)
-        lse_out = lse2
-        if HAS_SINK:
-            sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
-            w, lse_out = _sink_weight(lse2, sink2)
-            factor = tl.where(has_tok, factor * w, 0.0)
-        tl.store(lse_ptr + row * H + heads, lse_out * 0.6931471805599453, mask=head_ok)
+        factor, lse2 = _finish_rows(m_i, l_i, sink_ptr, heads, head_ok, HAS_SINK)
+        tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
         o_ptrs = out_ptr + (row * H + heads)[:, None] * 512 + dim[None, :]
     o_mask = head_ok[:, None]
     _store_chunk(o_ptrs, acc0, factor, o_mask, 0)
@@ -319,15 +383,8 @@ def _combine_splits_kernel(
         )
         acc += w[:, None] * o_s
         tok_w += w
-    has_tok = tok_w > 0.0
-    safe_w = tl.where(has_tok, tok_w, 1.0)
-    o = acc / safe_w[:, None]
-    lse2 = tl.where(has_tok, hi_safe + tl.math.log2(safe_w), float("-inf"))
-    if HAS_SINK:
-        sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
-        w, lse2 = _sink_weight(lse2, sink2)
-        o = o * w[:, None]
-    o = tl.where(has_tok[:, None], o, 0.0)
+    factor, lse2 = _finish_rows(hi_safe, tok_w, sink_ptr, heads, head_ok, HAS_SINK)
+    o = acc * factor[:, None]
     tl.store(out_ptr + (row * H + heads)[:, None] * 512 + cols[None, :], o.to(tl.bfloat16), mask=head_ok[:, None])
     tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
 
@@ -371,6 +428,11 @@ def _interpreted() -> bool:
     from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(_mma_sparse_decode_kernel, InterpretedFunction)
+
+
+def _page_shift(page_size: int) -> Optional[int]:
+    """log2 of a power-of-two page size, else None."""
+    return page_size.bit_length() - 1 if page_size > 0 and page_size & (page_size - 1) == 0 else None
 
 
 def _flat_u8(cache: torch.Tensor) -> torch.Tensor:
@@ -417,6 +479,7 @@ def mma_sparse_decode(
 
     main_idx = _int32_rows(indices, B)
     main_u8 = _flat_u8(k_cache)
+    main_page = k_cache.shape[1]
     if has_extra:
         assert extra_k_cache.element_size() == 1 and extra_k_cache.shape[-1] == 584
         extra_idx = _int32_rows(extra_indices, B)
@@ -426,6 +489,7 @@ def mma_sparse_decode(
         extra_idx, extra_u8 = main_idx, main_u8
         extra_page, extra_page_bytes = 1, 0
     width = main_idx.shape[1] + (extra_idx.shape[1] if has_extra else 0)
+    main_shift, extra_shift = _page_shift(main_page), _page_shift(extra_page)
 
     if config is None:
         config = pick_config(H, B)
@@ -452,10 +516,10 @@ def mma_sparse_decode(
         q3, q3.stride(0), q3.stride(1),
         main_u8, main_idx, main_idx.stride(0),
         topk_length if topk_length is not None else dummy_len,
-        main_idx.shape[1], k_cache.shape[1], k_cache.stride(0),
+        main_idx.shape[1], main_page, k_cache.stride(0), main_shift or 0,
         extra_u8, extra_idx, extra_idx.stride(0),
         extra_topk_length if (has_extra and extra_topk_length is not None) else dummy_len,
-        extra_idx.shape[1] if has_extra else 0, extra_page, extra_page_bytes,
+        extra_idx.shape[1] if has_extra else 0, extra_page, extra_page_bytes, extra_shift or 0,
         sink, out, lse, part_out, part_lse,
         H, num_splits, softmax_scale * _LOG2E,
         HAS_MAIN_LEN=topk_length is not None,
@@ -463,6 +527,7 @@ def mma_sparse_decode(
         HAS_EXTRA_LEN=has_extra and extra_topk_length is not None,
         HAS_SINK=attn_sink is not None,
         SPLIT=split,
+        POW2_PAGES=main_shift is not None and extra_shift is not None,
         BLOCK_H=block_h,
         BLOCK_T=block_t,
         MMA_DTYPE=tl.float32 if _interpreted() else tl.bfloat16,
