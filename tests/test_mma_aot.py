@@ -4,6 +4,7 @@ sm_120 (RTX PRO 6000 / 5090) gives a block at most 101376 bytes of shared memory
 mma.sync only; Triton's metadata reports the shared memory, and the ptxas that ships with
 Triton (`-v`) reports registers and spills. Compiles run in a subprocess so this process's
 TRITON_INTERPRET setting (the numerics tests use the interpreter) cannot leak in.
+bench/experiments/count_instructions.py compiles the same specialisation with the helpers here.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
 
 # Runtime specialisation in production: pointers 16-byte aligned; strides, widths, page sizes
-# and page strides multiples of 16 (149760 / 37440 / 1728-byte pages, 64-aligned widths).
+# and page strides multiples of 16 (149760 / 37440 / 1728-byte pages, 64-aligned widths);
+# both caches with lengths, a sink, power-of-two pages (256 / 64 / 2).
 DIV16 = (
     "stride_qb", "stride_qh", "main_idx_stride", "extra_idx_stride", "main_topk",
     "extra_topk", "main_page_bytes", "extra_page_bytes", "H",
@@ -31,9 +33,9 @@ DIV16 = (
 MAIN_SIGNATURE = dict(
     q_ptr="*bf16", stride_qb="i32", stride_qh="i32",
     main_u8="*u8", main_idx="*i32", main_idx_stride="i32", main_len="*i32", main_topk="i32",
-    main_page="i32", main_page_bytes="i32",
+    main_page="i32", main_page_bytes="i32", main_shift="i32",
     extra_u8="*u8", extra_idx="*i32", extra_idx_stride="i32", extra_len="*i32", extra_topk="i32",
-    extra_page="i32", extra_page_bytes="i32",
+    extra_page="i32", extra_page_bytes="i32", extra_shift="i32",
     sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
     H="i32", num_splits="i32", qk_scale_log2="fp32",
 )
@@ -43,7 +45,20 @@ COMBINE_SIGNATURE = dict(
 )
 
 
-def _ptxas_report(ptx: str, arch: int) -> dict:
+def decode_constexprs(block_h: int, block_t: int, split: bool) -> dict:
+    """The decode kernel's constexprs in the production specialisation (GPU: bf16 MMA operands)."""
+    import triton.language as tl
+
+    return dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=split,
+                POW2_PAGES=True, BLOCK_H=block_h, BLOCK_T=block_t, MMA_DTYPE=tl.bfloat16)
+
+
+# Registers sit at 240-255, so the one-cache build (e.g. the top-k 2048 shape) gets its own check.
+CACHE_VARIANTS = {"": {}, "/one-cache": dict(HAS_EXTRA=False, HAS_EXTRA_LEN=False)}
+
+
+def ptxas_report(ptx: str, arch: int) -> dict:
+    """Registers and spill bytes from the ptxas that ships with Triton (`-v`) on the PTX."""
     import triton
 
     tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
@@ -67,12 +82,23 @@ def _ptxas_report(ptx: str, arch: int) -> dict:
     }
 
 
-def _compile_all() -> list[dict]:
-    """Subprocess body: compile every config (and the combine kernel) for every arch."""
+def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
+    """triton.compile for `arch` with every pointer and the `div16` arguments marked 16-divisible."""
     import triton
-    import triton.language as tl
     from triton.backends.compiler import GPUTarget
 
+    names = fn.arg_names
+    pointers = [k for k, v in signature.items() if v.startswith("*")]
+    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in pointers + [d for d in div16 if d in signature]}
+    src = triton.compiler.ASTSource(
+        fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
+    )
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def _compile_all() -> list[dict]:
+    """Subprocess body: compile every config (and the combine kernel) for every arch."""
     sys.path.insert(0, str(REPO / "tests"))
     from upstream import load_module
 
@@ -80,30 +106,19 @@ def _compile_all() -> list[dict]:
     rows = []
 
     def build(fn, signature, constexprs, div16, num_warps, num_stages, arch):
-        names = fn.arg_names
-        attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in div16}
-        src = triton.compiler.ASTSource(
-            fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}},
-            constexprs=constexprs, attrs=attrs,
-        )
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                           options=dict(num_warps=num_warps, num_stages=num_stages))
-        return {"shared": k.metadata.shared, **_ptxas_report(k.asm["ptx"], arch)}
+        k = compile_kernel(fn, signature, constexprs, div16, num_warps, num_stages, arch)
+        return {"shared": k.metadata.shared, **ptxas_report(k.asm["ptx"], arch)}
 
-    pointers = [k for k, v in MAIN_SIGNATURE.items() if v.startswith("*")]
     for arch in ARCHS:
         for name, (bh, bt, warps, stages) in mod.MMA_CONFIGS.items():
             for split in (False, True):
-                const = dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True,
-                             SPLIT=split, BLOCK_H=bh, BLOCK_T=bt, MMA_DTYPE=tl.bfloat16)
-                info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const,
-                             pointers + list(DIV16), warps, stages, arch)
-                rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}", **info})
+                for suffix, over in CACHE_VARIANTS.items():
+                    const = {**decode_constexprs(bh, bt, split), **over}
+                    info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, warps, stages, arch)
+                    rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}{suffix}", **info})
         cbh, cwarps = mod.COMBINE_CONFIG
-        info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE,
-                     dict(HAS_SINK=True, BLOCK_H=cbh),
-                     [k for k, v in COMBINE_SIGNATURE.items() if v.startswith("*")] + ["H"],
-                     cwarps, 1, arch)
+        info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE, dict(HAS_SINK=True, BLOCK_H=cbh),
+                     ["H"], cwarps, 1, arch)
         rows.append({"arch": arch, "kernel": "combine", **info})
     return rows
 
@@ -129,8 +144,9 @@ def test_every_config_compiles_for_both_archs(compiled):
     for arch in ARCHS:
         assert (arch, "combine") in kinds
         for name in ns["MMA_CONFIGS"]:
-            assert (arch, f"decode/{name}/split=False") in kinds
-            assert (arch, f"decode/{name}/split=True") in kinds
+            for split in (False, True):
+                for suffix in CACHE_VARIANTS:
+                    assert (arch, f"decode/{name}/split={split}{suffix}") in kinds
 
 
 def test_sm120_shared_memory_fits(compiled):

@@ -2,7 +2,9 @@
 
 Numerics run the Triton kernels on the CPU under TRITON_INTERPRET=1 on small shapes and
 compare with `_sm120_sparse_decode_fwd` loaded from the pinned flash_mla_sm120.py and with a
-float64 reference. The dispatcher tests run the real pinned (pristine / patched) dispatcher
+float64 reference, including inputs that stress the main loop: KV scales spread over
+2^-15..2^0, peaked scores that move the running max mid-row (the lazy rescale), page sizes that
+are not powers of two (the division path). The dispatcher tests run the real pinned (pristine / patched) dispatcher
 in a subprocess and check which kernel the default route and the env switch reach.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
-from mma_decode_cases import make_case, reference_f64  # noqa: E402
+from mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64  # noqa: E402
 from upstream import load_module  # noqa: E402
 
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
@@ -82,24 +84,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("B,H,topk,extra_topk,page,extra_page,sink_mode,lengths,splits", CASES)
-def test_matches_pinned_oracle_and_float64(
-    mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, extra_page, sink_mode, lengths, splits
-):
-    case = make_case(
-        B, H, topk, page_size=page, extra_topk=extra_topk, extra_page_size=extra_page or 64,
-        seed=B * 1000 + H + topk, sink_mode=sink_mode, with_lengths=lengths,
-    )
-    out, lse = _run(mma, case, num_splits=splits)
+def _check(out, lse, case, oracle_fn):
+    """Shapes, no unwritten element, output vs float64 and the pinned oracle, lse vs the oracle."""
+    B, _, H, _ = case.q.shape
     assert out.shape == (B, 1, H, 512) and out.dtype == torch.bfloat16
     assert lse.shape == (B, H, 1) and lse.dtype == torch.float32
     assert not out.isnan().any(), "NaN or unwritten output element"
 
-    ref_out, ref_lse = reference_f64(case)
+    ref_out, _ = reference_f64(case)
     assert _rel(out, ref_out) < REL_TOL
 
     with torch.no_grad():
-        up_out, up_lse = _oracle(oracle, case)
+        up_out, up_lse = _oracle(oracle_fn, case)
     assert _rel(out, up_out) < REL_TOL
     # Rows the oracle zeroes (no valid token, or a +inf sink) are exactly zero here too.
     zero_rows = up_out.float().abs().amax(-1) == 0
@@ -114,6 +110,56 @@ def test_matches_pinned_oracle_and_float64(
     assert torch.equal(finite, torch.isfinite(lse))
     assert torch.equal(want[~finite], lse.double()[~finite])
     assert (lse.double()[finite] - want[finite]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("B,H,topk,extra_topk,page,extra_page,sink_mode,lengths,splits", CASES)
+def test_matches_pinned_oracle_and_float64(
+    mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, extra_page, sink_mode, lengths, splits
+):
+    case = make_case(
+        B, H, topk, page_size=page, extra_topk=extra_topk, extra_page_size=extra_page or 64,
+        seed=B * 1000 + H + topk, sink_mode=sink_mode, with_lengths=lengths,
+    )
+    out, lse = _run(mma, case, num_splits=splits)
+    _check(out, lse, case, oracle)
+
+
+def _spread_scales(pool, page_size, gen, lo=112, hi=127):
+    """Rewrite the UE8M0 exponents of every token and column group to random values in [lo, hi]."""
+    foot = pool[:, page_size * TOKEN_STRIDE : page_size * (TOKEN_STRIDE + SCALE_STRIDE)]
+    foot = foot.reshape(pool.shape[0], page_size, SCALE_STRIDE)
+    foot[..., :7] = torch.randint(lo, hi + 1, foot[..., :7].shape, generator=gen, dtype=torch.uint8)
+
+
+# 32-token tiles (4 warps: irrelevant to the interpreter) give the test rows several tiles each.
+SMALL_TILES = (16, 32, 4, 1)
+
+
+def test_scales_spread_over_2e15(mma, oracle):
+    """DSv4 KV scales range ~2^-15..2^0: every group's UE8M0 byte must reach its own columns."""
+    case = make_case(3, 16, 64, page_size=64, extra_topk=64, seed=21, sink_mode="random")
+    gen = torch.Generator().manual_seed(22)
+    _spread_scales(case.pool, case.page_size, gen)
+    _spread_scales(case.extra_pool, case.extra_page_size, gen)
+    out, lse = _run(mma, case, config=SMALL_TILES)
+    _check(out, lse, case, oracle)
+
+
+def test_peaked_scores_move_the_running_max(mma, oracle):
+    """q * 8: per-tile row maxima jump by far more than 2^8 between tiles of a 256-entry row, so
+    the lazy rescale runs mid-row (and is skipped on other tiles)."""
+    case = make_case(2, 16, 192, extra_topk=64, seed=51, sink_mode="random", edge_rows=False)
+    case.q = (case.q.double() * 8).to(torch.bfloat16)
+    out, lse = _run(mma, case, config=SMALL_TILES, num_splits=1)
+    _check(out, lse, case, oracle)
+
+
+@pytest.mark.parametrize("page,extra_page", [(48, 24), (256, 24)], ids=["both", "extra-only"])
+def test_non_power_of_two_pages(mma, oracle, page, extra_page):
+    """A page size that is not a power of two (in either cache) takes the division path."""
+    case = make_case(3, 8, 64, page_size=page, extra_topk=64, extra_page_size=extra_page, seed=41)
+    out, lse = _run(mma, case)
+    _check(out, lse, case, oracle)
 
 
 def test_rows_without_tokens_are_zero(mma, poisoned_empty):

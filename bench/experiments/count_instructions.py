@@ -1,11 +1,13 @@
-"""Static evidence for the v5 candidate: AOT-compile v4 (shipped) and v5 for sm_90 and sm_120 on
-the CPU and report registers, spills, shared memory and the SASS instruction mix of the main
-loop (one KV tile per iteration).
+"""Static evidence for the shipped MMA decode kernel: AOT-compile it for sm_90 and sm_120 on the
+CPU and report registers, spills, shared memory and the SASS instruction mix of the main loop
+(one KV tile per iteration), per config.
 
     .venv/bin/python bench/experiments/count_instructions.py [--json FILE] [--configs NAME ...]
+        [--extra BLOCK_H,BLOCK_T,warps,stages ...]
 
-The cubin comes from triton.compile; registers / spills from the ptxas that ships with Triton
-(`-v`, the same PTX); the SASS from its nvdisasm. The main loop is the backward branch whose
+The kernel is compiled as tests/test_mma_aot.py compiles it (same signature, production
+specialisation, unsplit), with its helpers; registers / spills from the ptxas that ships with
+Triton (`-v`, the same PTX); the SASS from its nvdisasm. The main loop is the backward branch whose
 body holds the most HMMA instructions. Counts are per thread (SASS is per warp, one
 instruction per lane), per iteration = one BLOCK_T-token tile of BLOCK_H heads.
 Run it without TRITON_INTERPRET.
@@ -23,16 +25,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-V4_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-V5_PATH = Path(__file__).resolve().parent / "mma_decode_v5.py"
-SM120_SHARED_LIMIT = 101376
+SHIPPED_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 
-# The shipped kernel's signature and production specialisation, as the AOT test compiles it.
-from test_mma_aot import DIV16, MAIN_SIGNATURE as V4_SIGNATURE  # noqa: E402
-
-V5_SIGNATURE = {**V4_SIGNATURE, "main_shift": "i32", "extra_shift": "i32"}  # ordered by arg_names below
+# The shipped kernel's signature, production specialisation and compile / ptxas helpers, as the
+# AOT test uses them.
+from test_mma_aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report  # noqa: E402
 
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {
@@ -47,38 +45,6 @@ def _nvidia_bin(tool: str) -> Path:
     import triton
 
     return Path(triton.__file__).parent / "backends/nvidia/bin" / tool
-
-
-def ptxas_report(ptx: str, arch: int) -> dict:
-    """Registers and spill bytes from Triton's ptxas -v on the kernel's PTX."""
-    tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
-        proc = subprocess.run(
-            [str(_nvidia_bin(tool)), f"-arch=sm_{arch}a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-            capture_output=True, text=True,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr)
-    regs = re.search(r"Used (\d+) registers", proc.stderr)
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
-    return {"regs": int(regs.group(1)), "spill_stores": int(spills.group(1)), "spill_loads": int(spills.group(2))}
-
-
-def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    names = fn.arg_names
-    signature = {k: signature[k] for k in names if k in signature}
-    pointers = [k for k, v in signature.items() if v.startswith("*")]
-    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in pointers + [d for d in div16 if d in signature]}
-    src = triton.compiler.ASTSource(
-        fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
-    )
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
 _INSN = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[^ ;]*)?\s*(.*?);")
@@ -100,7 +66,7 @@ def main_loop_mix(text: str) -> dict:
     """Opcode classes of the loop body (backward branch) with the most MMA instructions.
 
     `fast` counts the body without the blocks that a conditional forward branch inside the
-    loop jumps over (LAZY_RESCALE's rare rescale): the instructions of a tile in steady state."""
+    loop jumps over (the lazy softmax rescale): the instructions of a tile in steady state."""
     insns, labels = [], {}
     for line in text.splitlines():
         lab = _LABEL.match(line.strip())
@@ -140,33 +106,24 @@ def main_loop_mix(text: str) -> dict:
 
 
 def variants(extra=()):
-    """(label, kernel, signature, constexprs, warps, stages); `extra`: more v5 config tuples."""
-    import triton.language as tl
+    """(label, kernel, constexprs, warps, stages) per MMA_CONFIGS entry; `extra`: more
+    (BLOCK_H, BLOCK_T, warps, stages) tuples."""
     from upstream import load_module
 
-    v4 = load_module(V4_PATH, "flash_mla_sm120_mma_count")
-    v5 = load_module(V5_PATH, "mma_decode_v5_count")
-    base = dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=False)
-    out = []
-    for name, (bh, bt, w, st) in v4.MMA_CONFIGS.items():
-        out.append((f"v4 {name}", v4._mma_sparse_decode_kernel, V4_SIGNATURE,
-                    dict(base, BLOCK_H=bh, BLOCK_T=bt, MMA_DTYPE=tl.bfloat16), w, st))
-    configs = dict(v5.V5_CONFIGS)
-    configs.update({"h{}_t{}_w{}_s{}_f16{:d}_lazy{:d}".format(*c): c for c in extra})
-    for name, (bh, bt, w, st, f16_rel, lazy) in configs.items():
-        out.append((f"v5 {name}", v5._mma_sparse_decode_v5_kernel, V5_SIGNATURE,
-                    dict(base, BLOCK_H=bh, BLOCK_T=bt, F16_REL=f16_rel, LAZY_RESCALE=lazy,
-                         POW2_PAGES=True, MMA_DTYPE=tl.bfloat16, MMA16=tl.float16), w, st))
-    return out
+    mod = load_module(SHIPPED_PATH, "flash_mla_sm120_mma_count")
+    configs = dict(mod.MMA_CONFIGS)
+    configs.update({"h{}_t{}_w{}_s{}".format(*c): c for c in extra})
+    return [(f"shipped {name}", mod._mma_sparse_decode_kernel, decode_constexprs(bh, bt, False), w, st)
+            for name, (bh, bt, w, st) in configs.items()]
 
 
 def measure(archs=(90, 120), only=None, extra=()) -> list[dict]:
     rows = []
-    for label, fn, sig, const, warps, stages in variants(extra):
+    for label, fn, const, warps, stages in variants(extra):
         if only and not any(o in label for o in only):
             continue
         for arch in archs:
-            k = compile_kernel(fn, sig, const, DIV16, warps, stages, arch)
+            k = compile_kernel(fn, MAIN_SIGNATURE, const, DIV16, warps, stages, arch)
             row = {"kernel": label, "arch": arch, "BLOCK_H": const["BLOCK_H"], "BLOCK_T": const["BLOCK_T"],
                    "warps": warps, "shared": k.metadata.shared, **ptxas_report(k.asm["ptx"], arch)}
             row.update(main_loop_mix(sass(k.asm["cubin"])))
@@ -191,10 +148,9 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--configs", nargs="*", help="only kernels whose label contains one of these")
     ap.add_argument("--extra", nargs="*", default=[],
-                    help="more v5 configs, BLOCK_H,BLOCK_T,warps,stages,F16_REL,LAZY_RESCALE e.g. 32,32,8,1,1,0")
+                    help="more configs of the shipped kernel, BLOCK_H,BLOCK_T,warps,stages e.g. 16,32,8,1")
     args = ap.parse_args()
     extra = [tuple(int(x) for x in e.split(",")) for e in args.extra]
-    extra = [(bh, bt, w, st, bool(f), bool(z)) for bh, bt, w, st, f, z in extra]
     rows = measure(only=args.configs, extra=extra)
     print_table(rows)
     if args.json:
