@@ -8,8 +8,11 @@ inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather t
 roofline is the KV bytes a call must read (584 per valid token) over the copy bandwidth
 measured in the same run. The upstream kernel is loaded from the pinned sglang wheel;
 FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
-`--with-experiments` adds the v5 candidate (bench/experiments/mma_decode_v5.py) as a column,
-its relative difference from the shipped kernel's output, and its main-loop path variants.
+`--with-experiments` also times every bench/experiments/mma_decode_*.py module that defines
+`EXPERIMENT_VARIANTS` ({name: config}) and `mma_sparse_decode(q, k_cache, indices, topk_length,
+attn_sink, softmax_scale, extra_k_cache, extra_indices, extra_topk_length, config=..., num_splits=None)`:
+one column per variant, `<module suffix>_<variant>`, and each output's largest relative
+difference from the shipped kernel's on the same inputs.
 """
 from __future__ import annotations
 
@@ -32,14 +35,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from upstream import load_module  # noqa: E402
 
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-V5 = REPO / "bench/experiments/mma_decode_v5.py"
-# v5 main-loop path variants timed with --with-experiments, at v5's default split rule:
-# (BLOCK_H, BLOCK_T, warps, stages, F16_REL, LAZY_RESCALE).
-V5_VARIANTS = {
-    "v5_bf16K": (32, 32, 8, 1, False, True),
-    "v5_eager": (32, 32, 8, 1, True, False),
-    "v5_h16t64": (16, 64, 8, 1, False, True),
-}
+EXPERIMENTS = REPO / "bench/experiments"
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
 ROTATE = 8
 BYTES_PER_TOKEN = 584
@@ -61,6 +57,24 @@ def load_upstream():
     with zipfile.ZipFile(wheel) as zf:
         zf.extract(UPSTREAM_KERNEL, tmp)
     return load_module(tmp / UPSTREAM_KERNEL, "pinned_flash_mla_sm120_triton")
+
+
+def load_experiments() -> dict:
+    """{column name: (module, config)} for every experiment module that follows the contract."""
+    columns = {}
+    for path in sorted(EXPERIMENTS.glob("mma_decode_*.py")):
+        suffix = path.stem[len("mma_decode_"):]
+        try:
+            mod = load_module(path, f"experiment_{path.stem}")
+        except Exception as exc:  # report, keep benchmarking the rest
+            print(f"experiment {path.name} not loaded: {type(exc).__name__}: {exc}"[:300])
+            continue
+        variants = getattr(mod, "EXPERIMENT_VARIANTS", None)
+        if not isinstance(variants, dict) or not callable(getattr(mod, "mma_sparse_decode", None)):
+            continue
+        for name, cfg in variants.items():
+            columns[f"{suffix}_{name}"] = (mod, cfg)
+    return columns
 
 
 def load_flashmla():
@@ -182,7 +196,8 @@ def main() -> None:
                     help="where the JSON and the PNG go (default: $OUT or build/bench)")
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--with-experiments", action="store_true",
-                    help="also time the v5 candidate (bench/experiments/mma_decode_v5.py) and its path variants")
+                    help="also time the variants of every bench/experiments/mma_decode_*.py module "
+                         "that defines EXPERIMENT_VARIANTS and mma_sparse_decode")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +206,9 @@ def main() -> None:
     print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
           f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
     mma = load_module(OVERLAY, "flash_mla_sm120_mma")
-    v5 = load_module(V5, "mma_decode_v5") if args.with_experiments else None
+    experiments = load_experiments() if args.with_experiments else {}
+    if args.with_experiments:
+        print("experiments:", ", ".join(experiments) if experiments else "no experiments")
     upstream = None if args.no_upstream else load_upstream()
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
@@ -213,8 +230,8 @@ def main() -> None:
         row = {"shape": s.name, "H": s.H, "B": s.B, "topk": s.topk, "extra_topk": s.extra_topk}
         row["floor_us"] = s.kv_bytes() / bw * 1e6
         row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
-        if v5 is not None:
-            time_v5(v5, mma, inp, row)
+        if experiments:
+            time_experiments(experiments, mma, inp, row)
         if upstream is not None:
             reps = 3 if s.B * s.H >= 64 * 64 else 10
             row["upstream_us"] = graph_time_us(
@@ -265,25 +282,23 @@ def main() -> None:
 
     (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
     print_table(rows, bw)
-    if any("v5_us" in r for r in rows):
-        print_v5_table(rows)
+    if experiments:
+        print_experiment_table(rows, list(experiments))
     plot(rows, out_dir / "bench_mma_decode.png")
 
 
-def time_v5(v5, mma, inp, row):
-    """v5's default and path variants: time per call, and the output's relative difference from
-    the shipped kernel's on the same inputs (a GPU correctness check in the same run)."""
+def time_experiments(experiments, mma, inp, row):
+    """Each experiment variant: time per call, and the output's relative difference from the
+    shipped kernel's on the same inputs (a GPU correctness check in the same run)."""
     ref = mma.flash_mla_sparse_decode_mma(*inp.args(0))[0].double()
 
     def rel(out):
         return ((out.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
 
-    row["v5_rel_diff"] = rel(v5.flash_mla_sparse_decode_mma(*inp.args(0))[0])
-    row["v5_us"] = graph_time_us([lambda i=i: v5.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
-    for name, cfg in V5_VARIANTS.items():
-        def call(i, cfg=cfg):
+    for name, (mod, cfg) in experiments.items():
+        def call(i, mod=mod, cfg=cfg):
             a = inp.args(i)
-            return v5.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=cfg)
+            return mod.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=cfg, num_splits=None)
 
         try:
             row[f"{name}_rel_diff"] = rel(call(0)[0])
@@ -318,17 +333,16 @@ def print_table(rows, bw):
               f"{100 * r['floor_us'] / r['mma_us']:.0f}% |")
 
 
-def print_v5_table(rows):
-    names = ["v5"] + list(V5_VARIANTS)
+def print_experiment_table(rows, names):
     print()
-    print("| shape | ours v4 (us) | FlashMLA SM90 (us) | " + " | ".join(f"{n} (us)" for n in names)
-          + " | v5 / v4 | max rel diff vs v4 |")
-    print("|---|---:|---:|" + "---:|" * len(names) + "---:|---:|")
+    print("| shape | shipped (us) | FlashMLA SM90 (us) | " + " | ".join(f"{n} (us)" for n in names)
+          + " | max rel diff vs shipped |")
+    print("|---|---:|---:|" + "---:|" * len(names) + "---:|")
     for r in rows:
         diffs = [r[f"{n}_rel_diff"] for n in names if f"{n}_rel_diff" in r]
         print(f"| {r['shape']} | {fmt(r['mma_us'])} | {fmt(r.get('flashmla_us'))} | "
               + " | ".join(fmt(r.get(f"{n}_us")) for n in names)
-              + f" | {fmt(r['v5_us'] / r['mma_us'], 2)} | {max(diffs):.1e} |")
+              + f" | {f'{max(diffs):.1e}' if diffs else '-'} |")
 
 
 def plot(rows, path):
