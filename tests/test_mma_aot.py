@@ -116,10 +116,12 @@ def _compile_all() -> list[dict]:
                     const = {**decode_constexprs(bh, bt, split), **over}
                     info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, warps, stages, arch)
                     rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}{suffix}", **info})
-        cbh, cwarps = mod.COMBINE_CONFIG
-        info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE, dict(HAS_SINK=True, BLOCK_H=cbh),
-                     ["H"], cwarps, 1, arch)
-        rows.append({"arch": arch, "kernel": "combine", **info})
+        # Both combine shapes combine_launch picks: few rows (all splits at once), many rows.
+        for label, (batch, heads, splits) in {"combine/few-rows": (1, 64, 40), "combine/many-rows": (16, 64, 4)}.items():
+            _, cbh, cbd, at_once, cwarps = mod.combine_launch(batch, heads, splits)
+            const = dict(HAS_SINK=True, BLOCK_H=cbh, BLOCK_D=cbd, SPLITS_AT_ONCE=at_once)
+            info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE, const, ["H"], cwarps, 1, arch)
+            rows.append({"arch": arch, "kernel": label, **info})
     return rows
 
 
@@ -142,7 +144,7 @@ def test_every_config_compiles_for_both_archs(compiled):
     ns = extract_functions(OVERLAY, ["MMA_CONFIGS"], {})
     kinds = {(r["arch"], r["kernel"]) for r in compiled}
     for arch in ARCHS:
-        assert (arch, "combine") in kinds
+        assert (arch, "combine/few-rows") in kinds and (arch, "combine/many-rows") in kinds
         for name in ns["MMA_CONFIGS"]:
             for split in (False, True):
                 for suffix in CACHE_VARIANTS:

@@ -171,7 +171,10 @@ def test_rows_without_tokens_are_zero(mma, poisoned_empty):
     assert torch.allclose(lse[:2, :, 0], case.sink.expand(2, 16))
 
 
-def test_split_count_does_not_change_the_result(mma):
+@pytest.mark.parametrize("wide_up_to", [512, 0], ids=["all-splits-at-once", "one-split-per-step"])
+def test_split_count_does_not_change_the_result(mma, monkeypatch, wide_up_to):
+    # Both combine shapes (combine_launch switches on rows x heads; 0 forces the many-rows one).
+    monkeypatch.setattr(mma, "_WIDE_COMBINE_MAX_ROW_HEADS", wide_up_to)
     case = make_case(2, 16, 256, extra_topk=128, seed=11, invalid_frac=0.3)
     base, base_lse = _run(mma, case, num_splits=1)
     for splits in (2, 5, 16):  # 16 splits of a 384-entry list: some splits get no token

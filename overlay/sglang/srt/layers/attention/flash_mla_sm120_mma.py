@@ -360,45 +360,55 @@ def _combine_splits_kernel(
     num_splits,
     HAS_SINK: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SPLITS_AT_ONCE: tl.constexpr,
 ):
-    """Merge the splits of one (row, head block) by LSE, add the sink, write bf16."""
+    """Merge the splits of one (row, BLOCK_H heads, BLOCK_D columns) by LSE, add the sink, write
+    bf16. SPLITS_AT_ONCE partials load per step, merged with a running max as in the decode
+    loop; `combine_launch` picks the shape."""
     row = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = heads < H
-    cols = tl.arange(0, 512)
+    d0 = tl.program_id(2) * BLOCK_D
+    cols = d0 + tl.arange(0, BLOCK_D)
     hi = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    for s in range(num_splits):
-        lse_s = tl.load(part_lse_ptr + (row * num_splits + s) * H + heads, mask=head_ok, other=float("-inf"))
-        hi = tl.maximum(hi, lse_s)
-    hi_safe = tl.where(hi == float("-inf"), 0.0, hi)
     tok_w = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, 512], tl.float32)
-    for s in range(num_splits):
-        base = (row * num_splits + s) * H + heads
-        w = tl.math.exp2(tl.load(part_lse_ptr + base, mask=head_ok, other=float("-inf")) - hi_safe)
-        o_s = tl.load(
-            part_out_ptr + base[:, None] * 512 + cols[None, :],
-            mask=head_ok[:, None] & (w > 0.0)[:, None],
-            other=0.0,
-        )
-        acc += w[:, None] * o_s
-        tok_w += w
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    for s0 in range(0, num_splits, SPLITS_AT_ONCE):
+        sp = s0 + tl.arange(0, SPLITS_AT_ONCE)
+        ok = (sp < num_splits)[:, None] & head_ok[None, :]
+        base = (row * num_splits + sp)[:, None] * H + heads[None, :]  # [splits, heads]
+        # Splits without a token hold lse = -inf and a zero partial, so no load waits on a weight.
+        lse_s = tl.load(part_lse_ptr + base, mask=ok, other=float("-inf"))
+        o_s = tl.load(part_out_ptr + base[:, :, None] * 512 + cols[None, None, :], mask=ok[:, :, None], other=0.0)
+        new_hi = tl.maximum(hi, tl.max(lse_s, 0))
+        new_safe = tl.where(new_hi == float("-inf"), 0.0, new_hi)
+        alpha = tl.math.exp2(hi - new_safe)
+        w = tl.math.exp2(lse_s - new_safe[None, :])
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o_s, 0)
+        tok_w = tok_w * alpha + tl.sum(w, 0)
+        hi = new_hi
+    hi_safe = tl.where(hi == float("-inf"), 0.0, hi)
     factor, lse2 = _finish_rows(hi_safe, tok_w, sink_ptr, heads, head_ok, HAS_SINK)
     o = acc * factor[:, None]
     tl.store(out_ptr + (row * H + heads)[:, None] * 512 + cols[None, :], o.to(tl.bfloat16), mask=head_ok[:, None])
-    tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
+    if d0 == 0:
+        tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
 
 
 # ----------------------------------------------------------------------------- configs
 # (BLOCK_H, BLOCK_T, num_warps, num_stages). Every entry is compiled for sm_120 and sm_90 by
 # tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no register spills).
 MMA_CONFIGS = {
+    "h16_t16_w4": (16, 16, 4, 1),  # 33 KB shared, ~232 registers: two CTAs per SM on sm_120 and sm_90
     "h16_t64_w8": (16, 64, 8, 1),
     "h32_t32_w8": (32, 32, 8, 1),
 }
-COMBINE_CONFIG = (16, 4)  # (BLOCK_H, num_warps)
-# Smallest number of list entries worth a split of its own.
-_MIN_TOKENS_PER_SPLIT = 64
+# Per config: (CTAs resident per SM, smallest list slice worth a split of its own).
+SPLIT_RULES = {"h16_t16_w4": (2, 32), "h16_t64_w8": (1, 64), "h32_t32_w8": (1, 64)}
+_DEFAULT_SPLIT_RULE = (1, 64)  # configs given as tuples (tests, benchmarks)
+# Rows x heads up to which the combine loads every split at once (see combine_launch).
+_WIDE_COMBINE_MAX_ROW_HEADS = 512
 
 
 @functools.lru_cache(maxsize=None)
@@ -407,20 +417,38 @@ def _num_sms(device_index: int) -> int:
 
 
 def pick_config(num_heads: int, batch: int) -> str:
-    """Static choice by shape, from the H200 sweep in BENCHMARKS.md#mma-sparse-decode: 16-head
-    programs over 64-token tiles while rows x heads are few (more programs in flight), 32-head
-    programs (each KV tile dequantised for twice the heads) once rows x heads fill the GPU."""
+    """Static choice by shape, from the H200 split grid (bench/results/probe_splits.txt,
+    docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
+    (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
+    twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads."""
+    if batch * num_heads <= 512:
+        return "h16_t16_w4"
     if num_heads > 16 and batch * num_heads >= 16 * 64:
         return "h32_t32_w8"
     return "h16_t64_w8"
 
 
-def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int) -> int:
-    """Split each row's token list until rows x head groups x splits is about one wave of SMs
-    (more splits cost partial-output traffic and a combine pass); >= 64 entries per split."""
-    want = max(1, sms // (batch * head_groups))
-    most = max(1, list_width // _MIN_TOKENS_PER_SPLIT)
+def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int, config=None) -> int:
+    """Split each row's token list until rows x head groups x splits fills the resident CTA slots
+    once (a second wave of splits cost more in partial-output traffic than it gained), keeping
+    at least the config's smallest slice per split."""
+    per_sm, min_tokens = SPLIT_RULES.get(config, _DEFAULT_SPLIT_RULE) if isinstance(config, str) else _DEFAULT_SPLIT_RULE
+    want = max(1, per_sm * sms // (batch * head_groups))
+    most = max(1, list_width // min_tokens)
     return min(want, most)
+
+
+def combine_launch(batch: int, num_heads: int, num_splits: int):
+    """(grid, BLOCK_H, BLOCK_D, SPLITS_AT_ONCE, warps) of the split combine. H200
+    (bench/results/probe_combine.txt): with few rows, programs of one head x 128 columns that
+    load every split at once (latency: 2.7 us at batch 1, 64 heads, 10 splits, against 9.2 us for
+    16-head programs stepping one split at a time); with many rows the 16-head programs (5.5 us
+    at batch 16 against 13 us for the small ones)."""
+    if batch * num_heads <= _WIDE_COMBINE_MAX_ROW_HEADS:
+        bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
+    else:
+        bh, bd, at_once = 16, 512, 1
+    return (batch, triton.cdiv(num_heads, bh), _D // bd), bh, bd, at_once, 4
 
 
 def _interpreted() -> bool:
@@ -497,7 +525,7 @@ def mma_sparse_decode(
     head_groups = triton.cdiv(H, block_h)
     if num_splits is None:
         sms = _num_sms(q.device.index) if q.is_cuda else 8
-        num_splits = pick_num_splits(B, head_groups, width, sms)
+        num_splits = pick_num_splits(B, head_groups, width, sms, config)
     split = num_splits > 1
 
     out = torch.empty(B, H, D, dtype=torch.bfloat16, device=q.device)
@@ -535,10 +563,11 @@ def mma_sparse_decode(
         num_stages=stages,
     )
     if split:
-        cbh, cwarps = COMBINE_CONFIG
-        _combine_splits_kernel[(B, triton.cdiv(H, cbh))](
+        grid, cbh, cbd, at_once, cwarps = combine_launch(B, H, num_splits)
+        _combine_splits_kernel[grid](
             part_out, part_lse, sink, out, lse, H, num_splits,
-            HAS_SINK=attn_sink is not None, BLOCK_H=cbh, num_warps=cwarps,
+            HAS_SINK=attn_sink is not None, BLOCK_H=cbh, BLOCK_D=cbd, SPLITS_AT_ONCE=at_once,
+            num_warps=cwarps,
         )
     return out.unsqueeze(1), lse.unsqueeze(-1)
 
