@@ -440,14 +440,15 @@ def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int, con
 
 def combine_launch(batch: int, num_heads: int, num_splits: int):
     """(grid, BLOCK_H, BLOCK_D, SPLITS_AT_ONCE, warps) of the split combine. H200
-    (bench/results/probe_combine.txt): with few rows, programs of one head x 128 columns that
-    load every split at once (latency: 2.7 us at batch 1, 64 heads, 10 splits, against 9.2 us for
-    16-head programs stepping one split at a time); with many rows the 16-head programs (5.5 us
-    at batch 16 against 13 us for the small ones)."""
+    (bench/results/probe_combine.txt, combine_shapes.txt): with few rows, programs of one head x
+    128 columns that load every split at once (latency: 2.7 us at batch 1, 64 heads, 10 splits,
+    against 9.2 us for 16-head x 512-column programs stepping one split at a time); with many
+    rows, 16 heads x 128 columns and up to 4 splits per load (the one-head programs are too many
+    there: 13 us at batch 16)."""
     if batch * num_heads <= _WIDE_COMBINE_MAX_ROW_HEADS:
         bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
     else:
-        bh, bd, at_once = 16, 512, 1
+        bh, bd, at_once = 16, 128, min(4, max(2, triton.next_power_of_2(num_splits)))
     return (batch, triton.cdiv(num_heads, bh), _D // bd), bh, bd, at_once, 4
 
 
