@@ -439,16 +439,16 @@ def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int, con
 
 
 def combine_launch(batch: int, num_heads: int, num_splits: int):
-    """(grid, BLOCK_H, BLOCK_D, SPLITS_AT_ONCE, warps) of the split combine. H200
-    (bench/results/probe_combine.txt, combine_shapes.txt): with few rows, programs of one head x
-    128 columns that load every split at once (latency: 2.7 us at batch 1, 64 heads, 10 splits,
-    against 9.2 us for 16-head x 512-column programs stepping one split at a time); with many
-    rows, 16 heads x 128 columns and up to 4 splits per load (the one-head programs are too many
-    there: 13 us at batch 16)."""
+    """(grid, BLOCK_H, BLOCK_D, SPLITS_AT_ONCE, warps) of the split combine, from the H200
+    (bench/results/2026-11-29-run4-combine_shapes.txt): with few rows, programs of one head x 128
+    columns that load every split at once (latency: 9.5 against 23.6 us for the whole call at
+    batch 1, 64 heads, 20 splits); with many rows, 16 heads x 512 columns stepping one split at a
+    time (31.0 us at batch 16 against 38.7 for 16 x 128 programs loading 4 splits at once, whose
+    cross-split reduction goes through shared memory, and 39.4 for the one-head programs)."""
     if batch * num_heads <= _WIDE_COMBINE_MAX_ROW_HEADS:
         bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
     else:
-        bh, bd, at_once = 16, 128, min(4, max(2, triton.next_power_of_2(num_splits)))
+        bh, bd, at_once = 16, 512, 1
     return (batch, triton.cdiv(num_heads, bh), _D // bd), bh, bd, at_once, 4
 
 
