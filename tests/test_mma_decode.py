@@ -124,6 +124,22 @@ def test_matches_pinned_oracle_and_float64(
     _check(out, lse, case, oracle)
 
 
+def _shipped_config_names() -> list[str]:
+    from upstream import extract_functions
+
+    return list(extract_functions(OVERLAY, ["MMA_CONFIGS"], {})["MMA_CONFIGS"])
+
+
+@pytest.mark.parametrize("config", _shipped_config_names())
+def test_every_shipped_config_matches_oracle(mma, oracle, poisoned_empty, config):
+    """Each config by name, split and unsplit: pick_config sends these small CPU shapes to one
+    config only, the others are exercised here (and at full shapes on the GPU)."""
+    case = make_case(3, 32, 96, extra_topk=64, seed=61, sink_mode="inf")
+    for splits in (None, 1):
+        out, lse = _run(mma, case, config=config, num_splits=splits)
+        _check(out, lse, case, oracle)
+
+
 def _spread_scales(pool, page_size, gen, lo=112, hi=127):
     """Rewrite the UE8M0 exponents of every token and column group to random values in [lo, hi]."""
     foot = pool[:, page_size * TOKEN_STRIDE : page_size * (TOKEN_STRIDE + SCALE_STRIDE)]

@@ -432,7 +432,8 @@ def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int, con
     """Split each row's token list until rows x head groups x splits fills the resident CTA slots
     once (a second wave of splits cost more in partial-output traffic than it gained), keeping
     at least the config's smallest slice per split."""
-    per_sm, min_tokens = SPLIT_RULES.get(config, _DEFAULT_SPLIT_RULE) if isinstance(config, str) else _DEFAULT_SPLIT_RULE
+    # A named config must have its own rule (KeyError otherwise); tuples get the default.
+    per_sm, min_tokens = SPLIT_RULES[config] if isinstance(config, str) else _DEFAULT_SPLIT_RULE
     want = max(1, per_sm * sms // (batch * head_groups))
     most = max(1, list_width // min_tokens)
     return min(want, most)
