@@ -22,6 +22,7 @@ help:
 	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
+	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make clean      remove build/ and $(VENV)"
 
 apply:
@@ -103,3 +104,19 @@ smoke:
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)
 	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py
+
+# ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
+# GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).
+# JIT_CACHE: a tvm-ffi cache to carry (default: build/jit-cache when `make prebuild-jit` made one).
+BUNDLE_OUT ?= build/bundle
+GPU_CC     ?= 90
+JIT_CACHE  ?= $(wildcard build/jit-cache)
+JIT_ARCH   ?= 9.0
+
+.PHONY: bundle prebuild-jit
+
+bundle:
+	$(PYTHON) -m serving.bundle build --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(if $(JIT_CACHE),--jit-cache $(JIT_CACHE))
+
+prebuild-jit: $(VENV)/.installed
+	$(PYTHON) -m serving.bundle prebuild-jit --arch $(JIT_ARCH) --out build/jit-cache --python $(VPY)

@@ -1,0 +1,392 @@
+"""Serving on an offline GPU machine: one self-contained bundle, built here, installed there without a network.
+
+    python3 -m serving.bundle build [--out build/bundle] [--jit-cache DIR] [--gpu-cc 90]     # `make bundle`
+    python3 -m serving.bundle install BUNDLE_DIR --into SITE_ROOT                           # on the GPU machine
+    python3 -m serving.bundle env SITE_ROOT pinned|patched                                  # export lines for a shell
+    python3 -m serving.bundle prebuild-jit --arch 9.0 --out build/jit-cache                 # serving/bundle_jit.py
+
+The GPU machine must already have the pinned runtime (pin.lock [runtime]: torch 2.11.0, triton 3.6.0) on
+CPython 3.12, x86_64. The bundle carries everything else the DeepSeek-V4 server imports (docs/gpu_box.md):
+the pinned sglang / flashinfer wheels (exactly the files `make apply` verifies), the wheel closure of
+serving/bundle_requirements.txt, sglang-kernel 0.4.4 without what the server never loads (serving/bundle_slim.py),
+stand-ins for IPython and soundfile, and optionally a prebuilt tvm-ffi JIT cache. manifest.json lists every file
+with size, sha256 and why it is there, and every member removed from sglang-kernel.
+
+`install` checks every file against the manifest before it writes anything, then lays out SITE_ROOT:
+
+    SITE_ROOT/common/          the closure wheels + slim sglang-kernel (pip install --no-index --no-deps --target)
+    SITE_ROOT/stubs/           the stand-ins the machine lacks
+    SITE_ROOT/trees/pinned/    sglang + flashinfer unpacked from the pinned wheels (pristine)
+    SITE_ROOT/trees/patched/   a copy of pinned with this patch set applied by `apply.py apply --target`
+    SITE_ROOT/jit-cache/       TVM_FFI_CACHE_DIR: seeded from the bundle's cache, kept across installs
+
+Interface for the serving harness (serve / smoke / bench with BUNDLE= and TREE=):
+
+    tree_pythonpath(site_root: Path, tree: str) -> list[str]
+        PYTHONPATH entries, in order, that make `import sglang, flashinfer, sgl_kernel, transformers, ...`
+        resolve to that tree ("pinned" or "patched") plus the common deps: [trees/<tree>, common, stubs].
+    jit_cache_dir(site_root: Path) -> Path
+        where TVM_FFI_CACHE_DIR should point (created if missing).
+
+The slimmed packages (sglang-kernel; the stand-ins) are outside the pinned-release guarantees of `apply`, which
+covers the sglang and flashinfer trees only; they carry their own manifest.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from patchkit import PatchkitError  # noqa: E402
+from patchkit.lockfile import load_lock  # noqa: E402
+from serving import bundle_slim  # noqa: E402
+from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,  # noqa: E402
+                                     extract_payload, read_manifest, size_report, verify_files, verify_payload,
+                                     write_manifest, write_payload)
+
+TREES = ("pinned", "patched")
+REQUIREMENTS = REPO / "serving" / "bundle_requirements.txt"
+STUBS = REPO / "serving" / "bundle_stubs"
+DEFAULT_OUT = REPO / "build" / "bundle"
+DOWNLOADS = REPO / "build" / "bundle-downloads"
+LIMIT_MIB = 60
+TARGET_PYTHON = "3.12"
+# pip matches manylinux tags exactly; these cover every wheel of the closure (docs: /work/.library/device/README.md).
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
+SLIMMED = {"sglang-kernel"}   # closure entries re-packed by serving/bundle_slim.py rather than carried whole
+
+
+def say(msg: str) -> None:
+    print(f"bundle: {msg}", flush=True)
+
+
+# ---- interface for the serving harness ---------------------------------------------------------------------------
+def tree_pythonpath(site_root: Path, tree: str) -> list[str]:
+    """PYTHONPATH entries (in order) that run the `tree` ("pinned" or "patched") of an installed bundle."""
+    if tree not in TREES:
+        raise BundleError(f"tree: expected one of {', '.join(TREES)}, found {tree!r}")
+    site_root = Path(site_root).resolve()
+    tree_dir = site_root / "trees" / tree
+    if not (tree_dir / "sglang").is_dir() or not (site_root / "common").is_dir():
+        raise BundleError(f"{site_root}: expected a bundle installed by 'python3 -m serving.bundle install' "
+                          f"(trees/{tree}/sglang and common/), found none")
+    return [str(tree_dir), str(site_root / "common"), str(site_root / "stubs")]
+
+
+def jit_cache_dir(site_root: Path) -> Path:
+    """TVM_FFI_CACHE_DIR for an installed bundle: seeded from the bundle's prebuilt cache, kept across installs."""
+    path = Path(site_root).resolve() / "jit-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def env_lines(site_root: Path, tree: str) -> list[str]:
+    path = ":".join(tree_pythonpath(site_root, tree))
+    return [f'export PYTHONPATH={shlex.quote(path)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+            f"export TVM_FFI_CACHE_DIR={shlex.quote(str(jit_cache_dir(site_root)))}"]
+
+
+# ---- build -------------------------------------------------------------------------------------------------------
+def read_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str, str]]:
+    """[(name, version, why)] from lines 'name==version  # why'."""
+    reqs = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        spec, _, why = line.partition("#")
+        spec = spec.strip()
+        if not spec:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", spec)
+        if not m or not why.strip():
+            raise BundleError(f"{path}:{n}: expected 'name==version  # why', found {line.strip()!r}")
+        reqs.append((m.group(1), m.group(2), why.strip()))
+    return reqs
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def find_wheel(folder: Path, name: str, version: str) -> Path:
+    found = [p for p in sorted(Path(folder).glob("*.whl"))
+             if _norm(p.name.split("-")[0]) == _norm(name) and p.name.split("-")[1] == version]
+    if len(found) != 1:
+        raise BundleError(f"{folder}: expected one wheel of {name}=={version}, found "
+                          f"{', '.join(p.name for p in found) or 'none'}")
+    return found[0]
+
+
+def pip_download(requirements: Path, dest: Path, python_version: str) -> None:
+    """The closure for the GPU machine's Python, with the user's own pip configuration (index, certificates)."""
+    argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+            "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+            *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(dest), "-r", str(requirements)]
+    say(f"downloading the wheel closure into {dest} (pip download, your pip configuration)")
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+
+
+def pinned_artifacts(log=say) -> list[tuple[Path, str]]:
+    """[(verified wheel path, why)] — the same files `make apply` fetches and checks (patchkit's fetch)."""
+    from patchkit.engine import Engine
+    engine = Engine.from_repo(REPO)
+    out = []
+    for name, up in engine.lock.upstreams.items():
+        wheel = engine.pristine(name, log).wheel
+        out.append((wheel, f"pinned {up.package} {up.version} (pin.lock, sha256 verified); install unpacks it "
+                           f"into trees/pinned and applies the patch set to a copy in trees/patched"))
+    return out
+
+
+def _doc_line(path: Path) -> str:
+    text = path.read_text()
+    m = re.match(r'\s*"""(.+?)(?:\n|""")', text)
+    return m.group(1).strip() if m else f"stand-in module {path.name}"
+
+
+def jit_cache_members(cache: Path) -> list[Path]:
+    """The compiled modules of a tvm-ffi cache: <build dir>/<module>.so, which sglang's load_jit loads directly."""
+    cache = Path(cache)
+    if not cache.is_dir():
+        raise BundleError(f"--jit-cache {cache}: expected a tvm-ffi cache directory, found none")
+    found = [p for p in sorted(cache.glob("*/*.so")) if p.parent.name.startswith(p.stem)]
+    if not found:
+        raise BundleError(f"--jit-cache {cache}: expected <build dir>/<module>.so files, found none")
+    return found
+
+
+def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Path, str]], *, gpu_cc: int,
+             python_version: str = TARGET_PYTHON, jit_cache: Path | None = None, limit_mib: float = LIMIT_MIB,
+             stubs: Path = STUBS) -> dict:
+    """Write the bundle directory `out` (replacing it only on success) and return its manifest.
+
+    `wheels` are the closure as downloaded; names in SLIMMED are slimmed, the rest re-packed stored.
+    """
+    out = Path(out)
+    work = Path(tempfile.mkdtemp(prefix=".bundle-", dir=out.parent if out.parent.exists() else None))
+    try:
+        staged = work / "bundle"
+        payload = work / "payload"
+        (staged / "artifacts").mkdir(parents=True)
+        files, members, removed = [], [], {}
+        for path, why in artifacts:
+            dest = staged / "artifacts" / path.name
+            shutil.copy2(path, dest)
+            files.append(entry(dest, f"artifacts/{path.name}", why))
+        for path, why in wheels:
+            dist = _norm(path.name.split("-")[0])
+            source = {"file": path.name, "sha256": entry(path, path.name, "")["sha256"]}
+            if dist in SLIMMED:
+                dest, dropped = bundle_slim.slim_kernel_wheel(path, payload / "wheels", gpu_cc)
+                removed[dist] = dropped
+                why = (f"{why}; slimmed for compute capability {gpu_cc}: {len(dropped)} member(s) removed "
+                       f"({sum(d['size'] for d in dropped) / MIB:.0f} MiB unpacked), see 'removed'")
+            else:
+                dest = payload / "wheels" / path.name
+                bundle_slim.repack(path, dest)
+                why = f"{why} (re-packed stored; same files and RECORD as the index's wheel)"
+            members.append(entry(dest, f"wheels/{dest.name}", why, source=source))
+        for path in sorted(p for p in Path(stubs).rglob("*.py")):
+            rel = path.relative_to(stubs).as_posix()
+            dest = payload / "stubs" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+            members.append(entry(dest, f"stubs/{rel}", "stand-in: " + _doc_line(path)))
+        if jit_cache is not None:
+            for so in jit_cache_members(jit_cache):
+                rel = f"{so.parent.name}/{so.name}"
+                dest = payload / "jit-cache" / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(so, dest)
+                members.append(entry(dest, f"jit-cache/{rel}", "prebuilt sglang jit_kernel module (tvm-ffi cache; "
+                                     "its directory name carries module, source hash, CUDA arch and tvm-ffi version)"))
+        say(f"compressing {len(members)} payload members into {PAYLOAD}")
+        write_payload(payload, staged / PAYLOAD)
+        files.append(entry(staged / PAYLOAD, PAYLOAD, "one xz stream of everything under 'payload' (wheels stored "
+                           "inside compress about twice as well as their own deflate)"))
+        lock = load_lock(REPO / "pin.lock")
+        manifest = {
+            "format": FORMAT,
+            "built_by": "python3 -m serving.bundle build",
+            "target": {"python": python_version, "implementation": "cp", "platform": "manylinux x86_64",
+                       "gpu_compute_capability": gpu_cc, **{k: lock.runtime[k] for k in ("torch", "triton")
+                                                             if k in lock.runtime}},
+            "limit_mib": limit_mib,
+            "note": ("artifacts/ are the pinned releases apply.py verifies; the slimmed sglang-kernel and the "
+                     "stand-ins are outside apply's pinned-release guarantees and are vouched for by this manifest"),
+            "files": files,
+            "payload": members,
+            "removed": removed,
+        }
+        write_manifest(staged, manifest)
+        check_size(staged, manifest, limit_mib)
+        if out.exists():
+            shutil.rmtree(out)
+        staged.rename(out)
+        return manifest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def build(out: Path, jit_cache: Path | None, gpu_cc: int, limit_mib: float, downloads: Path = DOWNLOADS) -> int:
+    reqs = read_requirements()
+    artifacts = pinned_artifacts()
+    wheels_dir = downloads / f"cp{TARGET_PYTHON.replace('.', '')}"
+    wheels_dir.mkdir(parents=True, exist_ok=True)
+    pip_download(REQUIREMENTS, wheels_dir, TARGET_PYTHON)
+    wheels = [(find_wheel(wheels_dir, name, version), why) for name, version, why in reqs]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    manifest = assemble(out, artifacts, wheels, gpu_cc=gpu_cc, jit_cache=jit_cache, limit_mib=limit_mib)
+    total, items = size_report(out, manifest, limit_mib)
+    say(f"{out}: {total / MIB:.1f} MiB (limit {limit_mib:g} MiB), {len(manifest['files'])} files, "
+        f"{len(manifest['payload'])} payload members; biggest items:")
+    for name, size in items[:10]:
+        print(f"  {size / MIB:7.1f} MiB  {name}")
+    for dist, dropped in manifest["removed"].items():
+        for d in dropped:
+            print(f"  removed from {dist}: {d['path']} ({d['size'] / MIB:.0f} MiB): {d['why']}")
+    say(f"install on the GPU machine: python3 -m serving.bundle install {os.path.relpath(out, REPO)} --into SITE_ROOT")
+    return 0
+
+
+# ---- install -----------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _patchkit_cache(bundle: Path):
+    """patchkit's fetch() looks in $PATCHKIT_CACHE/artifacts and checks sha256: the bundle is such a cache."""
+    old = os.environ.get("PATCHKIT_CACHE")
+    os.environ["PATCHKIT_CACHE"] = str(bundle)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PATCHKIT_CACHE", None)
+        else:
+            os.environ["PATCHKIT_CACHE"] = old
+
+
+def _have_module(name: str) -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def make_trees(bundle: Path, trees: Path) -> None:
+    """trees/pinned: the pinned wheels unpacked; trees/patched: a copy with `apply.py apply --target` run on it."""
+    from patchkit.engine import Engine
+    pinned, patched = trees / "pinned", trees / "patched"
+    pinned.mkdir(parents=True)
+    with _patchkit_cache(bundle):
+        engine = Engine.from_repo(REPO)
+        for name, up in engine.lock.upstreams.items():
+            engine.pristine(name).unpack(pinned, root=up.root)
+    shutil.copytree(pinned, patched)
+    env = {**os.environ, "PATCHKIT_CACHE": str(bundle)}
+    say("applying the patch set to trees/patched (apply.py apply --target, artifacts from the bundle)")
+    done = subprocess.run([sys.executable, str(REPO / "apply.py"), "apply", "--target", str(patched)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise BundleError(f"apply.py apply --target {patched}: expected success, found exit {done.returncode}: "
+                          f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+
+
+def install(bundle: Path, site_root: Path, python_ok=None) -> int:
+    bundle, site_root = Path(bundle).resolve(), Path(site_root).resolve()
+    manifest = read_manifest(bundle)
+    want = manifest["target"]["python"]
+    found = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if found != want and not (python_ok and python_ok(found)):
+        raise BundleError(f"{bundle}: built for Python {want}, found Python {found} running the install")
+    verify_files(bundle, manifest)
+    site_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".install-", dir=site_root))
+    try:
+        unpacked = work / "payload"
+        extract_payload(bundle / PAYLOAD, unpacked)
+        verify_payload(unpacked, manifest)
+        say(f"{bundle}: every file matches its manifest ({len(manifest['files'])} files, "
+            f"{len(manifest['payload'])} payload members)")
+        wheels = sorted(str(p) for p in (unpacked / "wheels").glob("*.whl"))
+        new = work / "new"
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                        "--no-deps", "--no-compile", "--no-cache-dir", "--target", str(new / "common"), *wheels],
+                       check=True)
+        (new / "stubs").mkdir(parents=True)
+        for top in sorted((unpacked / "stubs").iterdir()) if (unpacked / "stubs").is_dir() else []:
+            name = top.stem if top.is_file() else top.name
+            if _have_module(name):
+                say(f"stand-in for {name} not installed: this machine has {name}")
+                continue
+            (shutil.copytree if top.is_dir() else shutil.copy2)(top, new / "stubs" / top.name)
+        make_trees(bundle, new / "trees")
+        for part in ("common", "stubs", "trees"):      # swap in only now: a failed install left SITE_ROOT as it was
+            if (site_root / part).exists():
+                shutil.rmtree(site_root / part)
+            (new / part).rename(site_root / part)
+        cache = jit_cache_dir(site_root)
+        seeded = 0
+        for so in sorted((unpacked / "jit-cache").glob("*/*.so")) if (unpacked / "jit-cache").is_dir() else []:
+            dest = cache / so.parent.name / so.name
+            if not dest.exists():                       # a module the machine built itself stays
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(so, dest)
+                seeded += 1
+        shutil.copy2(bundle / MANIFEST, site_root / "bundle-manifest.json")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    say(f"installed into {site_root}: trees/pinned, trees/patched, common/, stubs/; jit-cache/ (+{seeded} prebuilt)")
+    say(f"use: eval \"$(python3 -m serving.bundle env {site_root} patched)\"   (or pinned)")
+    return 0
+
+
+# ---- command line ------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m serving.bundle", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the offline bundle (needs the package index)")
+    b.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    b.add_argument("--jit-cache", type=Path, help="a tvm-ffi cache (prebuild-jit --out, or ~/.cache/tvm-ffi from a GPU run)")
+    b.add_argument("--gpu-cc", type=int, default=90,
+                   help="compute capability of the GPU machine: 90 keeps sgl_kernel's sm90 ops (H100/H200), any other "
+                        "value its sm100 ops (what sgl_kernel loads on sm_100 / sm_120); default 90")
+    b.add_argument("--limit-mib", type=float, default=LIMIT_MIB)
+    i = sub.add_parser("install", help="install a bundle on the GPU machine (offline)")
+    i.add_argument("bundle", type=Path)
+    i.add_argument("--into", type=Path, required=True, metavar="SITE_ROOT")
+    e = sub.add_parser("env", help="print export lines (PYTHONPATH, TVM_FFI_CACHE_DIR) for one tree")
+    e.add_argument("site_root", type=Path)
+    e.add_argument("tree", choices=TREES)
+    p = sub.add_parser("prebuild-jit", help="compile sglang's jit_kernel modules into a tvm-ffi cache (needs nvcc)")
+    from serving import bundle_jit
+    bundle_jit.add_arguments(p)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib)
+        if args.command == "install":
+            return install(args.bundle, args.into)
+        if args.command == "env":
+            print("\n".join(env_lines(args.site_root, args.tree)))
+            return 0
+        return bundle_jit.run(args)
+    except (BundleError, PatchkitError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as exc:
+        print(f"error: {' '.join(map(str, exc.cmd[:4]))} ... exited with {exc.returncode}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

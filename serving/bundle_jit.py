@@ -1,0 +1,158 @@
+"""`prebuild-jit`: compile SGLang's jit_kernel modules here, so the GPU machine's first server start does not.
+
+sglang 0.5.14 builds its jit_kernel modules with nvcc through tvm-ffi on first use; the Marlin MoE module alone
+takes minutes and looks like a hang inside CUDA-graph capture. sglang.jit_kernel.utils.load_jit keys the cache
+by content, not location: the directory is
+
+    $TVM_FFI_CACHE_DIR/sgl_kernel_jit_<args>_<sha256 of the sources, paths relative to jit_kernel/>
+                      __arch_<major.minor>__tvmffi_<tvm-ffi version>/<module>.so
+
+and a present .so is loaded directly (no ninja, no mtime check). So a cache compiled here for arch 9.0 with the
+same tvm-ffi (0.1.15.post2, serving/bundle_requirements.txt) and the same jit_kernel sources is used as-is on an
+H200, whatever the path of the tree there. The patch set does not touch sglang/jit_kernel (checked below), so one
+cache serves the pinned and the patched tree.
+
+Compiling needs nvcc, a Python with torch and apache-tvm-ffi (the test venv has both; no torch headers are
+used: the jit sources include only tvm-ffi and CUDA headers), and the modules' import-time dependencies, which
+are installed into build/jit-prebuild/deps. torchvision is replaced in the compiling process by a placeholder
+(sglang.srt.utils.common imports torchvision.io at module load; the CPU torch here has no matching torchvision;
+no jit module uses it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "build" / "jit-prebuild"
+
+# The modules the DeepSeek-V4 server's sm_120 branches build on first use whose template arguments do not depend
+# on the model's shapes: (python module, builder function, argument expressions). Marlin MXFP4 MoE (its GEMM,
+# the weight repack at load, the activation between the GEMMs) is the one that costs minutes.
+MODULES = [
+    ("sglang.jit_kernel.moe_wna16_marlin", "_jit_moe_wna16_marlin_module", ["torch.bfloat16"]),
+    ("sglang.jit_kernel.gptq_marlin_repack", "_jit_gptq_marlin_repack_module", []),
+    ("sglang.jit_kernel.activation", "_jit_activation_module", ["torch.bfloat16"]),
+    ("sglang.jit_kernel.dsv4.attn", "_jit_metadata_module", []),
+    ("sglang.jit_kernel.dsv4.moe", "_jit_mask_topk_module", []),
+    ("sglang.jit_kernel.dsv4.moe", "_jit_hash_topk_module", []),
+    ("sglang.jit_kernel.dsv4.compress", "_jit_compress_plan_module", []),
+    ("sglang.jit_kernel.dsv4.elementwise", "_jit_fused_rope_module", []),
+]
+
+# What the GPU box's image has (KINDS.md) but the test venv lacks, and importing the jit modules needs.
+PREBUILD_EXTRA = ["psutil==7.2.2", "pillow==13.0.0", "anyio==4.16.0", "aiohttp==3.14.5", "aiohappyeyeballs==2.7.1",
+                  "aiosignal==1.4.0", "attrs==26.1.0", "frozenlist==1.8.0", "multidict==7.2.1", "propcache==0.5.4",
+                  "yarl==1.25.1"]
+
+_DRIVER = r"""
+import importlib, json, sys, time, types
+tv, tvio = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
+def decode_jpeg(*a, **k):
+    raise RuntimeError("torchvision placeholder of the JIT prebuild process")
+tvio.decode_jpeg, tv.io = decode_jpeg, tvio
+sys.modules.update({"torchvision": tv, "torchvision.io": tvio})
+import torch
+from sglang.jit_kernel.utils import override_jit_cuda_arch
+major, minor = map(int, sys.argv[1].split("."))
+for module, func, args in json.loads(sys.argv[2]):
+    label = f"{module.rsplit('.', 1)[-1]}.{func}({', '.join(args)})"
+    t0 = time.time()
+    try:
+        with override_jit_cuda_arch(major, minor):
+            getattr(importlib.import_module(module), func)(*[eval(a, {"torch": torch}) for a in args])
+        result = "ok"
+    except Exception as exc:
+        result = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"
+    print("RESULT " + json.dumps({"module": label, "result": result, "seconds": round(time.time() - t0, 1)}), flush=True)
+"""
+
+
+def say(msg: str) -> None:
+    print(f"prebuild-jit: {msg}", flush=True)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--arch", default="9.0", help="CUDA arch as sglang names it (major.minor): 9.0 for H100/H200, 12.0 for sm_120")
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "jit-cache", help="the tvm-ffi cache to fill")
+    parser.add_argument("--python", type=Path, default=REPO / ".venv" / "bin" / "python",
+                        help="a Python with torch and apache-tvm-ffi (default: the test venv)")
+    parser.add_argument("--log", type=Path, help="also write the results table here")
+
+
+def _cuda_home() -> str:
+    for cand in [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]:
+        if cand and (Path(cand) / "bin" / "nvcc").exists():
+            return cand
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        raise SystemExit("prebuild-jit: expected nvcc (CUDA_HOME or PATH), found none")
+    return str(Path(nvcc).resolve().parent.parent)
+
+
+def _patch_touches_jit_kernel() -> list[str]:
+    sys.path.insert(0, str(REPO))
+    from patchkit.engine import Engine
+    engine = Engine.from_repo(REPO)
+    return [p for p in engine.chain("sglang").files if p.startswith("sglang/jit_kernel/")]
+
+
+def prepare(python: Path) -> tuple[Path, Path]:
+    """(sglang tree, deps dir) for the compiling process."""
+    sys.path.insert(0, str(REPO))
+    from patchkit.engine import Engine
+    from serving.bundle import REQUIREMENTS, read_requirements
+    tree = WORK / "tree"
+    if not (tree / "sglang" / "jit_kernel").is_dir():
+        say(f"unpacking the pinned sglang wheel into {tree}")
+        engine = Engine.from_repo(REPO)
+        engine.pristine("sglang").unpack(tree, root=engine.lock.upstream("sglang").root)
+    tag = subprocess.run([str(python), "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    deps = WORK / f"deps-{tag}"
+    stamp = deps / ".complete"
+    if not stamp.exists():
+        reqs = [f"{n}=={v}" for n, v, _ in read_requirements(REQUIREMENTS) if n != "sglang-kernel"] + PREBUILD_EXTRA
+        say(f"installing the jit modules' import dependencies into {deps}")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--target", str(deps), *reqs], check=True)
+        stamp.write_text("\n".join(reqs) + "\n")
+    return tree, deps
+
+
+def run(args) -> int:
+    touched = _patch_touches_jit_kernel()
+    if touched:
+        say(f"error: expected the patch set to leave sglang/jit_kernel alone, found it changes {touched[0]}; "
+            "a cache built from the pinned tree would not match the patched one")
+        return 1
+    python = Path(args.python)
+    if not python.exists():
+        say(f"error: expected a Python with torch and apache-tvm-ffi at {python} (make .venv/.installed), found none")
+        return 1
+    tree, deps = prepare(python)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cuda_home = _cuda_home()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(deps), str(REPO / "serving" / "bundle_stubs")]),
+           "TVM_FFI_CACHE_DIR": str(out), "CUDA_HOME": cuda_home, "PYTHONUNBUFFERED": "1"}
+    say(f"arch {args.arch}, cache {out}, CUDA_HOME {cuda_home}, {len(MODULES)} module(s)")
+    t0 = time.time()
+    proc = subprocess.run([str(python), "-c", _DRIVER, args.arch, json.dumps(MODULES)], env=env, cwd=str(WORK),
+                          capture_output=True, text=True)
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or len(results) != len(MODULES):
+        say(f"error: the compiling process exited {proc.returncode}: {proc.stderr.strip().splitlines()[-3:]}")
+    rows = [f"| {r['module']} | {r['result']} | {r['seconds']} |" for r in results]
+    table = "\n".join([f"arch {args.arch}, nvcc from {cuda_home}, {time.time() - t0:.0f} s in all",
+                       "| module | result | seconds |", "|---|---|---|", *rows])
+    print(table)
+    if args.log:
+        Path(args.log).write_text(table + "\n")
+    ok = proc.returncode == 0 and all(r["result"] == "ok" for r in results) and len(results) == len(MODULES)
+    return 0 if ok else 1
