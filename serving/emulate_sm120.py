@@ -1,0 +1,239 @@
+"""Post-import hooks of the GPU-box harness: OVERLAY_EMULATE_SM120=1 (TEST ONLY) and hc_split_sinkhorn.
+
+serving/boxhooks/sitecustomize.py loads this file in every Python process started with
+serving/boxhooks first on PYTHONPATH (the server, and the scheduler and detokenizer processes
+SGLang spawns: `mp.set_start_method("spawn")`, so each one is a fresh interpreter that runs
+sitecustomize again). It installs a meta-path finder that runs a patch function right after
+chosen sglang modules finish loading:
+
+* OVERLAY_EMULATE_SM120=1 -- make SGLang take its sm_120 (RTX PRO 6000 / RTX 50xx) branches on
+  another GPU (the lent H200, sm_90), to run the code the patches change. The one source of truth
+  upstream is `sglang.srt.utils.common.is_sm120_supported` (an lru_cache'd capability check);
+  every user imports that name, some evaluate it at import (`_is_sm120 = is_sm120_supported()`).
+  It is replaced as soon as common.py has run, before anything can import it, so every importer
+  and every import-time flag sees True. The modules in SM120_USERS (all modules of the pinned and
+  the patched tree that bind the name or a flag computed from it; tests/test_emulate_sm120.py
+  keeps the list complete) are checked again when they load: any binding still holding the real
+  answer is rebound, and one line per module says what it holds.
+  Not changed: torch.cuda.get_device_capability(), is_blackwell_supported(), the JIT/Triton
+  target (kernels are built for the GPU that runs them) -- docs/serving.md lists what differs.
+
+* tilelang not importable -- `sglang.srt.layers.mhc.hc_split_sinkhorn` (TileLang only, called by
+  every DeepSeek-V4 hc_pre) is replaced by serving/hc_sinkhorn.py.
+
+Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+EMULATE_ENV = "OVERLAY_EMULATE_SM120"
+SINKHORN_ENV = "OVERLAY_HC_SINKHORN"       # triton (default on CUDA) | torch | off
+TAG = "[overlay-boxhooks]"
+
+COMMON = "sglang.srt.utils.common"
+MHC = "sglang.srt.layers.mhc"
+# Every module that binds is_sm120_supported at module level, and the import-time flags computed
+# from it (module -> flag names). From grepping the pinned 0.5.14 tree (and the patched one).
+SM120_USERS = {
+    "sglang.srt.server_args": (),
+    "sglang.srt.layers.attention.deepseek_v4_backend": ("_is_sm120",),
+    "sglang.srt.layers.attention.dsv4.indexer": (),
+    "sglang.srt.layers.attention.trtllm_mha_backend": (),
+    "sglang.srt.layers.quantization.fp8_utils": ("_is_sm120_supported",),
+    "sglang.srt.layers.quantization.fp8_kernel": ("_is_sm120_supported",),
+    "sglang.srt.layers.quantization.fp8": (),
+    "sglang.srt.layers.quantization.mxfp4": (),
+    "sglang.srt.layers.quantization.mxfp4_marlin_moe": (),
+    "sglang.srt.layers.quantization.modelopt_quant": (),
+}
+
+
+def say(msg: str) -> None:
+    print(f"{TAG} {msg} (pid {os.getpid()})", file=sys.stderr, flush=True)
+
+
+def emulation_requested(environ=os.environ) -> bool:
+    return environ.get(EMULATE_ENV, "") == "1"
+
+
+def sinkhorn_wanted(environ=os.environ) -> bool:
+    if environ.get(SINKHORN_ENV, "") == "off":
+        return False
+    return importlib.util.find_spec("tilelang") is None
+
+
+# -- the emulated capability check -----------------------------------------------------------
+
+def _device_words() -> str:
+    """'NVIDIA H200 sm_90, CUDA 13.0' -- called where sglang itself queries the device."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        major, minor = torch.cuda.get_device_capability()
+        return f"{torch.cuda.get_device_name()} sm_{major}{minor}, torch CUDA {torch.version.cuda}"
+    except Exception as exc:   # the warning must come out even if the query fails
+        return f"device query failed: {type(exc).__name__}"
+
+
+@functools.lru_cache(maxsize=1)
+def emulated_is_sm120_supported(*_args, **_kwargs) -> bool:
+    # lru_cache: runs (and warns) once per process, and keeps the cache_clear() of the original.
+    say(f"WARNING {EMULATE_ENV}=1: TEST ONLY -- sm_120 branches forced on {_device_words()}: "
+        "is_sm120_supported() returns True in every sglang module (Marlin MXFP4 MoE, the sm_120 "
+        "sparse-decode dispatcher, the sm_120 indexer, Triton FP8 GEMMs); this is not a Blackwell run")
+    return True
+
+
+emulated_is_sm120_supported.overlay_emulated = True
+
+
+def _patch_common(module) -> None:
+    module.is_sm120_supported = emulated_is_sm120_supported
+    say(f"{EMULATE_ENV}=1: {COMMON}.is_sm120_supported rebound to the emulated check (TEST ONLY)")
+
+
+def _check_user(module) -> None:
+    """After a user module loads: rebind what still holds the real answer, say what it holds."""
+    held, rebound = [], []
+    if hasattr(module, "is_sm120_supported"):
+        if not getattr(module.is_sm120_supported, "overlay_emulated", False):
+            module.is_sm120_supported = emulated_is_sm120_supported
+            rebound.append("is_sm120_supported")
+        held.append("is_sm120_supported")
+    for flag in SM120_USERS.get(module.__name__, ()):
+        if hasattr(module, flag):
+            if getattr(module, flag) is not True:
+                setattr(module, flag, True)
+                rebound.append(flag)
+            held.append(f"{flag}=True")
+    if held:
+        late = f" (rebound late: {', '.join(rebound)})" if rebound else ""
+        say(f"{EMULATE_ENV}=1: {module.__name__}: {', '.join(held)} emulated{late}")
+
+
+# Functions whose first call proves the sm_120 branch ran (both trees define them): each logs
+# once per process, e.g. "sm_120 sparse-decode dispatcher entered ... backend mma".
+SM120_ENTRY_POINTS = {
+    "sglang.srt.layers.attention.flash_mla_sm120": ("flash_mla_with_kvcache_sm120", "sm_120 sparse-decode dispatcher"),
+    "sglang.srt.layers.attention.dsv4.indexer": ("fp8_paged_mqa_logits_torch_sm120", "sm_120 indexer"),
+}
+ENTERED = "entered"   # tests/gpu/test_server_live.py looks for "<what> entered"
+
+
+def _trace_entry(module) -> None:
+    name, what = SM120_ENTRY_POINTS[module.__name__]
+    inner = getattr(module, name, None)
+    if inner is None or getattr(inner, "overlay_traced", False):
+        return
+    state = {"done": False}
+
+    @functools.wraps(inner)
+    def traced(*args, **kwargs):
+        if not state["done"] and not _compiling():
+            state["done"] = True
+            backend = getattr(module, "_sm120_default_backend", None)
+            say(f"{EMULATE_ENV}=1: {what} {ENTERED}: {module.__name__}.{name}"
+                + (f" (backend {backend})" if backend else ""))
+        return inner(*args, **kwargs)
+
+    traced.overlay_traced = True
+    setattr(module, name, traced)
+
+
+def _compiling() -> bool:
+    try:
+        import torch
+        return torch.compiler.is_compiling()
+    except Exception:
+        return False
+
+
+def _patch_mhc(module) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("overlay_hc_sinkhorn", os.path.join(here, "hc_sinkhorn.py"))
+    impl = importlib.util.module_from_spec(spec)
+    sys.modules["overlay_hc_sinkhorn"] = impl
+    spec.loader.exec_module(impl)
+    module.hc_split_sinkhorn = impl.hc_split_sinkhorn
+    route = "torch ops" if os.environ.get(SINKHORN_ENV) == "torch" else "one Triton kernel on CUDA"
+    say(f"WARNING tilelang is not importable: {MHC}.hc_split_sinkhorn replaced by the harness's "
+        f"serving/hc_sinkhorn.py ({route}; same arithmetic as the TileLang kernel)")
+
+
+# -- the post-import machinery ---------------------------------------------------------------
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Wraps a module's loader: exec the module, then run the patch functions on it."""
+
+    def __init__(self, inner, patches):
+        self._inner = inner
+        self._patches = patches
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        for patch in self._patches:
+            patch(module)
+
+    def __getattr__(self, name):   # get_source, get_filename, ... (inspect, linecache, dynamo)
+        return getattr(self._inner, name)
+
+
+class PostImportFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, patches: dict):
+        self.patches = patches   # module name -> [callable(module), ...]
+
+    def find_spec(self, fullname, path, target=None):
+        patch = self.patches.get(fullname)
+        if not patch:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+def patches_for(environ=os.environ) -> dict:
+    patches = {}
+    if emulation_requested(environ):
+        patches[COMMON] = [_patch_common]
+        for name in SM120_USERS:
+            patches.setdefault(name, []).append(_check_user)
+        for name in SM120_ENTRY_POINTS:
+            patches.setdefault(name, []).append(_trace_entry)
+    if sinkhorn_wanted(environ):
+        patches.setdefault(MHC, []).append(_patch_mhc)
+    return patches
+
+
+def install(environ=os.environ) -> PostImportFinder | None:
+    """Put the finder first on sys.meta_path; patch modules that are already loaded."""
+    patches = patches_for(environ)
+    if not patches:
+        return None
+    for finder in sys.meta_path:
+        if isinstance(finder, PostImportFinder) or type(finder).__name__ == "PostImportFinder":
+            return finder   # installed already in this process
+    finder = PostImportFinder(patches)
+    sys.meta_path.insert(0, finder)
+    # A module loaded before the hook (a test importing sglang first) is patched now.
+    for name, funcs in patches.items():
+        if name in sys.modules:
+            for patch in funcs:
+                patch(sys.modules[name])
+    if emulation_requested(environ):
+        say(f"{EMULATE_ENV}=1: TEST ONLY hook installed; sm_120 checks in sglang will be forced True")
+    return finder
