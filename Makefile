@@ -21,6 +21,8 @@ help:
 	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps from the index, patched; then doctor"
 	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
+	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
+	@echo "make bench-e2e [BUNDLE=dir] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make clean      remove build/ and $(VENV)"
@@ -54,7 +56,7 @@ test-gpu:
 
 # Every GPU benchmark (bench/bench_*.py) in turn; each prints its command, machine, versions and a table.
 bench:
-	@set -e; for f in bench/bench_*.py; do echo "== $$f"; $(PYTHON) $$f; done
+	@set -e; for f in $(filter-out bench/bench_e2e.py,$(wildcard bench/bench_*.py)); do echo "== $$f"; $(PYTHON) $$f; done
 
 carry:
 	$(PYTHON) apply.py fetch --into .carry/artifacts
@@ -85,25 +87,41 @@ TP      ?= 1
 PORT    ?= 30000
 CONTEXT ?=
 SMOKE_TIMEOUT ?= 1200
-SERVE_ARGS = --python $(SGLANG_VENV)/bin/python $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT))
+# BUNDLE=dir: serve from an offline bundle (serving/bundle.py; installed on first use into build/bundle-site)
+# with this machine's $(PYTHON) instead of $(SGLANG_VENV). TREE=pinned asks for the pinned baseline on purpose.
+BUNDLE  ?=
+TREE    ?= patched
+EAGER   ?=
+SMOKE_LOG ?= build/smoke-server.log
+SERVE_PY = $(if $(BUNDLE),$(PYTHON),$(SGLANG_VENV)/bin/python)
+SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
+             $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager)
+# With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
+SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV) --tree $(TREE))
 
-.PHONY: install serve smoke test-serve
+.PHONY: install serve smoke test-serve bench-e2e
 
 install:
 	$(PYTHON) -m serving.install --venv $(SGLANG_VENV)
 
 # Both stop at once, with doctor's one-line reason, where no usable GPU/environment is found.
 serve:
-	@$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV)
+	@$(SERVE_GATE)
 	$(PYTHON) -m serving.serve_cmd $(SERVE_ARGS)
 
 smoke:
-	@$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV)
-	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT)
+	@$(SERVE_GATE)
+	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT) --log $(SMOKE_LOG)
+
+# End-to-end decode throughput, pinned vs patched (bench/bench_e2e.py --help; E2E_ARGS passes more flags).
+E2E_TREE ?= both
+E2E_ARGS ?=
+bench-e2e:
+	$(PYTHON) bench/bench_e2e.py $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)
-	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py
+	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py tests/test_emulate_sm120.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
 # GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).
