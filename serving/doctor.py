@@ -4,6 +4,11 @@ Reports the GPU (name, compute capability), driver and CUDA, the versions instal
 sglang environment against pin.lock, nvcc, and the patch state of that environment's
 site-packages; then a verdict saying what to fix. `--gate` prints only the first blocking
 reason as one line and exits 1 (make serve / make smoke run it first).
+
+`--tree pinned` asks for the pinned baseline on purpose (make serve/smoke TREE=pinned): then a
+pristine tree is what the gate wants, and a patched one is refused. Without it (TREE=patched, the
+default) a tree that is not fully patched is refused, as before. gate_bundle() is the same gate
+for a tree of an installed offline bundle (serving/bundle.py), run by serve_cmd/smoke/bench.
 """
 from __future__ import annotations
 
@@ -155,7 +160,8 @@ def pinned_versions(lock) -> dict[str, str]:
     return pins
 
 
-def verdict(facts: Facts, pins: dict[str, str], venv: Path) -> list[Problem]:
+def verdict(facts: Facts, pins: dict[str, str], venv: Path, want_tree: str = "patched",
+            environ=os.environ) -> list[Problem]:
     problems = []
     if facts.python is None:
         problems.append(Problem(True, f"no sglang environment at {venv}: run make install"))
@@ -166,7 +172,10 @@ def verdict(facts: Facts, pins: dict[str, str], venv: Path) -> list[Problem]:
         problems.append(Problem(True, f"no CUDA GPU visible to torch ({smi}): serve and smoke need an NVIDIA GPU, "
                                       "sm_120 (RTX 50xx / RTX PRO Blackwell) for the patched paths"))
     for gpu in facts.gpus[:1]:
-        if gpu.cc[0] != 12:
+        if gpu.cc[0] != 12 and environ.get("OVERLAY_EMULATE_SM120") == "1":
+            problems.append(Problem(False, f"this GPU is {gpu.sm}: OVERLAY_EMULATE_SM120=1 forces sglang's sm_120 "
+                                           "branches on it (TEST ONLY; docs/serving.md says what differs)"))
+        elif gpu.cc[0] != 12:
             problems.append(Problem(False, f"this GPU is {gpu.sm}: the sm_120 paths are inactive; the patches "
                                            "change nothing here (sglang uses FlashMLA/DeepGEMM on it)"))
         elif _version_tuple(facts.torch_cuda) < MIN_SM120_CUDA:
@@ -178,13 +187,73 @@ def verdict(facts: Facts, pins: dict[str, str], venv: Path) -> list[Problem]:
             problems.append(Problem(False, f"{dist} {have} installed, pin.lock pins {want}: run make install"))
         elif facts.python is not None and have is None:
             problems.append(Problem(True, f"{dist} is not installed in {venv}: run make install"))
-    if facts.patch_state not in (None, "applied"):
+    if want_tree == "pinned":
+        if facts.patch_state not in (None, "pristine"):
+            problems.append(Problem(True, f"TREE=pinned asks for the pinned baseline, but patches are "
+                                          f"{facts.patch_state} in {facts.site}"))
+        elif facts.patch_state == "pristine":
+            problems.append(Problem(False, f"serving the pinned baseline (TREE=pinned): patches are pristine in "
+                                           f"{facts.site}, as asked"))
+    elif facts.patch_state not in (None, "applied"):
         problems.append(Problem(True, f"patches are {facts.patch_state} in {facts.site}: run make install "
                                       f"(or python apply.py apply --target {facts.site})"))
     if facts.gpus and facts.nvcc is None:
         problems.append(Problem(False, "nvcc not found (CUDA_HOME or PATH): FlashInfer cannot JIT-build its "
                                        "kernels (FP4 quantization) on first use; install the CUDA toolkit >= 12.8"))
     return problems
+
+
+def overlay_state(tree_dir: Path, overlay: Path = REPO / "overlay") -> str:
+    """Patch state of an installed bundle tree without the pinned wheels (the offline box has none):
+    'applied' when every overlay file of this checkout is there byte for byte, 'pristine' when none
+    is, 'outdated' when all are there but some differ (installed from another checkout), else 'partial'."""
+    files = [f for f in sorted(overlay.rglob("*")) if f.is_file() and "__pycache__" not in f.parts]
+    present = [f for f in files if (tree_dir / f.relative_to(overlay)).is_file()]
+    if not present:
+        return "pristine"
+    if len(present) < len(files):
+        return "partial"
+    same = all((tree_dir / f.relative_to(overlay)).read_bytes() == f.read_bytes() for f in files)
+    return "applied" if same else "outdated"
+
+
+def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.environ) -> int:
+    """The gate for one tree of an installed bundle, run by `python` (this machine's torch/triton).
+    Prints the first blocking reason as 'doctor: ...' and returns 1, or the notes and returns 0."""
+    from patchkit.lockfile import load_lock
+    from serving import bundle
+
+    try:
+        entries = bundle.tree_pythonpath(Path(site_root), tree)
+    except Exception as exc:
+        log(f"doctor: {exc}")
+        return 1
+    facts = Facts(python=str(python), site=entries[0])
+    out = None
+    try:
+        out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=300, check=True,
+                             env={**environ, "PYTHONPATH": os.pathsep.join(entries)}).stdout
+    except (OSError, subprocess.SubprocessError):
+        facts.torch_error = f"{python} could not run the probe"
+    if out:
+        env = json.loads(out.strip().splitlines()[-1])
+        facts.versions = env.get("versions", {})
+        facts.torch_cuda = env.get("torch_cuda")
+        facts.torch_error = env.get("torch_error")
+        facts.gpus = [Gpu(g["name"], tuple(g["cc"])) for g in env.get("gpus", [])]
+    facts.driver, facts.driver_cuda = nvidia_smi()
+    facts.nvcc = find_nvcc()
+    facts.patch_state = overlay_state(Path(entries[0]))
+    # sglang/flashinfer come from the bundle's pinned wheels (its manifest); the machine brings torch/triton.
+    pins = {k: v for k, v in pinned_versions(load_lock(REPO / "pin.lock")).items() if k in ("torch", "triton")}
+    problems = verdict(facts, pins, Path(python), want_tree=tree, environ=environ)
+    blocking = [p for p in problems if p.blocking]
+    if blocking:
+        log(f"doctor: {blocking[0].text}")
+        return 1
+    for p in problems:
+        log(f"doctor: note: {p.text}")
+    return 0
 
 
 def summary_line(facts: Facts, problems: list[Problem]) -> str:
@@ -224,6 +293,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", type=Path, help="site-packages to check the patches in (default: the venv's)")
     parser.add_argument("--gate", action="store_true",
                         help="print only the first blocking reason, as one line; exit 1 if there is one")
+    parser.add_argument("--tree", choices=("patched", "pinned"), default="patched",
+                        help="which tree is wanted: patched (default) or the pinned baseline, asked for explicitly")
 
 
 def run_doctor(args: argparse.Namespace, engine=None) -> int:
@@ -231,7 +302,7 @@ def run_doctor(args: argparse.Namespace, engine=None) -> int:
 
     facts = gather(args.venv, args.target, engine)
     pins = pinned_versions(engine.lock if engine is not None else load_lock(REPO / "pin.lock"))
-    problems = verdict(facts, pins, args.venv)
+    problems = verdict(facts, pins, args.venv, want_tree=getattr(args, "tree", "patched"))
     blocking = [p for p in problems if p.blocking]
     if args.gate:
         if blocking:

@@ -1,6 +1,7 @@
 """Smoke test: start the server, wait for health, send real requests, check them, shut it down.
 
     python -m serving.smoke [--model PATH] [--tp N] [--port P] [--context N] [--timeout S]
+                            [--bundle DIR --tree pinned|patched] [--eager] [--log FILE]
 
 Requests: /v1/models, a chat completion and a raw /generate, each non-streaming and streaming.
 Each must return 200, the expected JSON shape and at least one token. Reports the time to first
@@ -9,7 +10,9 @@ the tail of the server log, and exits 1. The server runs in its own process grou
 killed on every exit path (success, failure, Ctrl-C, SIGTERM): no server is left running.
 
 --server-cmd replaces the sglang launch with any command ({port} is filled in); the tests use it
-to run small fake servers that fail in known ways.
+to run small fake servers that fail in known ways. --bundle/--tree/--eager are serve_cmd's (serve
+from an offline bundle, run its gate first). After the checks it repeats the server log's
+[overlay-boxhooks] lines (what the GPU-box harness forced or replaced, per process).
 """
 from __future__ import annotations
 
@@ -329,9 +332,27 @@ def smoke(launch: serve_cmd.Launch, host: str, port: int, timeout: float,
                 say("server stopped")
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+    for line in harness_lines(log_path):
+        say(f"server log: {line}")
     if rc == 0:
         say("PASS")
     return rc
+
+
+def harness_lines(log_path: Path, limit: int = 24) -> list[str]:
+    """The distinct [overlay-boxhooks] lines of the server log (pids dropped), in order."""
+    import re
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    seen = []
+    for line in text.splitlines():
+        if "[overlay-boxhooks]" in line:
+            line = re.sub(r" \(pid \d+\)$", "", line[line.index("[overlay-boxhooks]"):])
+            if line not in seen:
+                seen.append(line)
+    return seen[:limit]
 
 
 def _raise_terminated(signum, frame):
@@ -352,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.server_cmd:
         launch = serve_cmd.Launch(argv=shlex.split(args.server_cmd.replace("{port}", str(args.port))))
     else:
-        launch = serve_cmd.launch_from_args(args)
+        rc, site = serve_cmd.bundle_gate(args)   # bundle mode only: install on first use, then the gate
+        if rc:
+            return rc
+        launch = serve_cmd.launch_from_args(args, site)
     return smoke(launch, host, args.port, args.timeout, args.max_tokens, args.log, args.stop_grace)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -78,3 +79,73 @@ def test_print_only_prints_the_exact_command(tmp_path):
     expected = serve_cmd.build(python="/x/python", tp=2, port=30001)
     assert line == f"+ {expected.shell()}"
     assert line.startswith("+ SGLANG_SM120_") and " /x/python -m sglang.launch_server --model-path " in line
+
+
+# -- bundle mode (serve from an offline bundle on the GPU box) ---------------------------------------
+
+def installed_site(tmp_path: Path, pristine_root: Path, patched_root: Path) -> Path:
+    """The layout `python3 -m serving.bundle install` leaves (serving/bundle.py), with the real trees."""
+    site = tmp_path / "site"
+    (site / "trees").mkdir(parents=True)
+    (site / "trees" / "pinned").symlink_to(pristine_root)
+    (site / "trees" / "patched").symlink_to(patched_root)
+    (site / "common").mkdir()
+    (site / "stubs").mkdir()
+    return site
+
+
+@pytest.mark.parametrize("tree", ["pinned", "patched"])
+def test_bundle_command_parses_and_runs_the_chosen_tree_with_the_box_harness(tree, tmp_path, pristine_root,
+                                                                               patched_root, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/already/there")
+    monkeypatch.setenv("OVERLAY_EMULATE_SM120", "1")
+    site = installed_site(tmp_path, pristine_root, patched_root)
+    launch = serve_cmd.build(python="python3", tiny_dir=tmp_path / "tiny", bundle_site=site, tree=tree)
+    ns = parse_with_pinned_server_args(launch_args(launch))
+    assert ns.moe_runner_backend == "marlin" and ns.grammar_backend == "none"
+    assert ns.disable_cuda_graph is False                       # CUDA graphs stay on
+    path = launch.env["PYTHONPATH"].split(":")
+    assert path == [str(serve_cmd.HOOKS_DIR), str(site.resolve() / "trees" / tree), str(site.resolve() / "common"),
+                    str(site.resolve() / "stubs"), "/already/there"]
+    assert (serve_cmd.HOOKS_DIR / "sitecustomize.py").is_file()
+    assert launch.env["TVM_FFI_CACHE_DIR"] == str(site.resolve() / "jit-cache")
+    assert launch.env["OVERLAY_EMULATE_SM120"] == "1"
+    for name, value in {**serve_cmd.BOX_ENV, **serve_cmd.MULTI_GPU_ENV}.items():
+        assert launch.env[name] == value
+    eager = serve_cmd.build(python="python3", tiny_dir=tmp_path / "tiny", bundle_site=site, tree=tree, eager=True)
+    assert parse_with_pinned_server_args(launch_args(eager)).disable_cuda_graph is True
+
+
+def test_box_switches_exist_upstream_and_route_where_the_docs_say(pristine_root):
+    environ = (pristine_root / "sglang/srt/environ.py").read_text()
+    for name, value in serve_cmd.BOX_ENV.items():
+        m = re.search(rf"^\s+{name} = EnvBool\((True|False)\)", environ, re.M)
+        assert m, f"{name} is not an EnvBool of the pinned environ.py"
+        assert (m.group(1) == "True") != (value == "1"), f"{name}={value} is already the pinned default"
+    # The sm_120 branch of the pinned ServerArgs sets all but MHC_POST itself (docs/serving.md).
+    server_args = (pristine_root / "sglang/srt/server_args.py").read_text()
+    start = server_args.index("validate_deepseek_v4_cp(self)")
+    branch = server_args[start:server_args.index("elif is_hip():", start)]
+    assert "if is_sm120_supported():" in branch
+    for name in set(serve_cmd.BOX_ENV) - {"SGLANG_OPT_USE_TILELANG_MHC_POST"}:
+        assert f"envs.{name}.set(" in branch, name
+
+
+def test_print_only_with_an_installed_bundle(tmp_path, pristine_root, patched_root):
+    site = installed_site(tmp_path, pristine_root, patched_root)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OVERLAY_EMULATE_SM120")}
+    out = subprocess.run([sys.executable, "-m", "serving.serve_cmd", "--print-only", "--bundle", str(site),
+                          "--tree", "pinned", "--python", "python3"], cwd=REPO, capture_output=True, text=True,
+                         env=env, check=True).stdout
+    line = out.strip()
+    assert f"PYTHONPATH={serve_cmd.HOOKS_DIR}:{site.resolve()}/trees/pinned:" in line
+    assert line.endswith("--moe-runner-backend marlin --grammar-backend none")
+    missing = subprocess.run([sys.executable, "-m", "serving.serve_cmd", "--print-only", "--bundle",
+                              str(tmp_path / "nothing")], cwd=REPO, capture_output=True, text=True, env=env)
+    assert missing.returncode == 1 and "is not installed yet" in missing.stdout
+
+
+def test_a_directory_that_is_no_bundle_is_refused_in_one_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="expected a bundle \\(manifest.json\\) or an installed SITE_ROOT"):
+        serve_cmd.prepare_bundle(tmp_path, site_root=tmp_path / "site")
+    assert not (tmp_path / "site").exists()

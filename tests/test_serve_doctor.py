@@ -104,3 +104,60 @@ def test_make_serve_and_smoke_stop_at_once_without_a_gpu(target, tmp_path):
     assert result.returncode != 0
     assert result.stdout.startswith("doctor: no CUDA GPU visible to torch") and result.stdout.count("\n") == 1
     assert "sglang.launch_server" not in result.stdout + result.stderr     # nothing was launched
+
+
+# -- TREE=pinned: the pinned baseline, asked for explicitly ------------------------------------------
+
+def test_gate_accepts_a_pinned_tree_only_when_asked_for():
+    gpu = [doctor.Gpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0))]
+    pristine = installed(gpus=gpu, patch_state="pristine")
+    assert [p.text for p in doctor.verdict(pristine, PINS, VENV) if p.blocking] == [
+        "patches are pristine in /site: run make install (or python apply.py apply --target /site)"]
+    asked = doctor.verdict(pristine, PINS, VENV, want_tree="pinned")
+    assert [p.blocking for p in asked] == [False] and "TREE=pinned" in asked[0].text
+    applied = doctor.verdict(installed(gpus=gpu), PINS, VENV, want_tree="pinned")
+    assert [p.text for p in applied if p.blocking] == [
+        "TREE=pinned asks for the pinned baseline, but patches are applied in /site"]
+    partial = doctor.verdict(installed(gpus=gpu, patch_state="partial"), PINS, VENV, want_tree="pinned")
+    assert [p.blocking for p in partial] == [True]
+
+
+def test_sm90_with_the_emulation_switch_says_so():
+    facts = installed(gpus=[doctor.Gpu("NVIDIA H200", (9, 0))])
+    problems = doctor.verdict(facts, PINS, VENV, environ={"OVERLAY_EMULATE_SM120": "1"})
+    assert [p.blocking for p in problems] == [False]
+    assert problems[0].text.startswith("this GPU is sm_90: OVERLAY_EMULATE_SM120=1 forces sglang's sm_120 branches")
+
+
+def test_overlay_state_of_the_real_trees(pristine_root, patched_root, tmp_path):
+    assert doctor.overlay_state(pristine_root) == "pristine"
+    assert doctor.overlay_state(patched_root) == "applied"
+    import shutil
+    stale = tmp_path / "stale"
+    shutil.copytree(patched_root / "sglang", stale / "sglang")
+    victim = next(p for p in (REPO / "overlay").rglob("*.py"))
+    (stale / victim.relative_to(REPO / "overlay")).write_text("# an older overlay\n")
+    assert doctor.overlay_state(stale) == "outdated"
+    victim_path = stale / victim.relative_to(REPO / "overlay")
+    victim_path.unlink()
+    assert doctor.overlay_state(stale) == "partial"
+
+
+def test_bundle_gate_without_a_gpu_is_one_line(tmp_path, pristine_root):
+    site = tmp_path / "site"
+    (site / "trees").mkdir(parents=True)
+    (site / "trees" / "pinned").symlink_to(pristine_root)
+    (site / "common").mkdir()
+    lines = []
+    rc = doctor.gate_bundle(Path(sys.executable), site, "pinned", log=lines.append)
+    if doctor.gather(Path(sys.prefix), target=tmp_path).gpus:
+        pytest.skip("a GPU is visible here")
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith("doctor: no CUDA GPU visible to torch"), lines
+    lines.clear()
+    assert doctor.gate_bundle(Path(sys.executable), site, "patched", log=lines.append) == 1
+    assert lines[0].startswith("doctor: ") and "trees/patched" in lines[0]
+
+
+def test_cli_gate_takes_the_tree(tmp_path):
+    result = run_doctor("--gate", "--tree", "pinned", "--venv", str(tmp_path / "absent"))
+    assert result.returncode == 1 and result.stdout.startswith("doctor: no sglang environment")
