@@ -9,6 +9,7 @@ from pathlib import Path
 from . import PatchkitError
 from .conditions import conditions_of, unreached_reasons
 from .engine import Engine
+from .export_pr import depends_on_errors
 from .report import format_state, table
 from .state import APPLIED, PRISTINE
 from .worktree import build_worktree, export_series, roundtrip_differences, write_series
@@ -53,6 +54,7 @@ def cmd_check(engine, args) -> int:
             if p.name in trips:
                 problems.append(trips[p.name].split(": ", 1)[1])
             broken, unreached = reach_problems(p, chain, pristine)
+            broken += depends_on_errors(series, p)
             problems += broken
             failed |= bool(problems)
             verdict = "FAIL" if problems else "warn" if unreached else "ok"

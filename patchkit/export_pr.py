@@ -58,9 +58,56 @@ def find_patch(engine, spec: str):
     return hits[0]
 
 
+# -- Depends-On: trailers (a patch names the earlier patches of its series it needs) ---------------
+def depends_on_errors(series, patch) -> list[str]:
+    """One message per Depends-On: trailer that does not name a patch earlier in the same series."""
+    names = [p.name for p in series.patches]
+    earlier = names[: names.index(patch.name)]
+    return [f"Depends-On: {dep}: expected a patch earlier in the {series.name} series, found "
+            + ("it at or after this patch" if dep in names else "no such patch")
+            for dep in patch.trailer("Depends-On") if dep not in earlier]
+
+
+def default_branch(patch_name: str) -> str:
+    return "pr/" + re.sub(r"^\d{4}-", "", patch_name[:-len(".patch")])
+
+
+def stack_base(repo: Path, series, index: int, head: str, prefix: str) -> tuple[str, object]:
+    """(parent commit, reader of its files) for the new branch: HEAD, or, for a patch with Depends-On:
+    trailers, the tip of the branch export-pr made for the last patch it needs (refused if missing)."""
+    patch = series.patches[index]
+    errors = depends_on_errors(series, patch)
+    if errors:
+        raise PatchkitError(f"export-pr: {patch.name}: {errors[0]}")
+    deps = patch.trailer("Depends-On")
+    if not deps:
+        return head, None
+    order = [p.name for p in series.patches]
+    tips = []
+    for dep in sorted(deps, key=order.index):
+        branch = default_branch(dep)
+        tip = _ugit(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}", check=False).strip()
+        if not tip:
+            raise PatchkitError(f"export-pr: {patch.name} depends on {dep}: expected its branch {branch} in {repo}, "
+                                f"found none; export {dep} first")
+        tips.append(tip)
+    tip = tips[-1]  # the latest dependency's branch; the others must be part of it
+    for other in [head] + tips:
+        if subprocess.run(["git", "merge-base", "--is-ancestor", other, tip], cwd=repo).returncode != 0:
+            raise PatchkitError(f"export-pr: {patch.name}: expected {tip[:12]} (the branch of a patch it depends on) "
+                                f"to contain {other[:12]}, found it does not")
+
+    def read(rel: str) -> bytes | None:
+        proc = subprocess.run(["git", "cat-file", "blob", f"{tip}:{prefix}{rel}"], cwd=repo, capture_output=True)
+        return proc.stdout if proc.returncode == 0 else None
+
+    return tip, read
+
+
 # -- the change, relative to the bare release -----------------------------------------------------
-def standalone_change(series, index: int, pristine) -> dict[str, bytes | None]:
-    """New bytes (None = deleted) of every file patch `index` touches, applied to the pinned release alone."""
+def standalone_change(series, index: int, pristine, ours_of=None) -> dict[str, bytes | None]:
+    """New bytes (None = deleted) of every file patch `index` touches, applied to the pinned release alone
+    (or to the files `ours_of(path)` returns: the branch of a patch it depends on)."""
     patch = series.patches[index]
     mine = list(dict.fromkeys(patch.paths))
     with tempfile.TemporaryDirectory(prefix="patchkit-pr-") as tmp:
@@ -84,7 +131,7 @@ def standalone_change(series, index: int, pristine) -> dict[str, bytes | None]:
         theirs = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
         result = {}
         for rel in mine:
-            ours = pristine.read(rel) if pristine.has(rel) else None
+            ours = ours_of(rel) if ours_of else pristine.read(rel) if pristine.has(rel) else None
             if base[rel] == ours or theirs[rel] is None or base[rel] is None or ours is None:
                 result[rel] = theirs[rel]
                 continue
@@ -182,28 +229,33 @@ def run(engine, args) -> int:
     patch = series.patches[index]
     prefix = up.repo_prefix or ""
     repo = Path(args.repo)
-    branch = args.branch or "pr/" + re.sub(r"^\d{4}-", "", patch.name[:-len(".patch")])
+    branch = args.branch or default_branch(patch.name)
     overlay = patch.overlay
     pristine = engine.pristine(name)
     head = check_checkout(repo, up, pristine, list(dict.fromkeys(patch.paths)) + overlay, prefix)
     if subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/heads/{branch}"], cwd=repo,
                       capture_output=True).returncode == 0:
         raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
-    change = standalone_change(series, index, pristine)
+    parent, ours_of = stack_base(repo, series, index, head, prefix)
+    change = standalone_change(series, index, pristine, ours_of)
     for rel in overlay:
         change[rel] = series.overlay_bytes(rel)
     files = {prefix + rel: data for rel, data in change.items()}
-    commit = make_commit(repo, head, files, commit_message(patch), _author(patch), branch)
+    # Depends-On: names a file of this series: the branch's parent says it upstream
+    message = "".join(l for l in commit_message(patch).splitlines(True) if not l.startswith("Depends-On: "))
+    commit = make_commit(repo, parent, files, message, _author(patch), branch)
     kinds = [(prefix + rel, "deleted" if data is None else "new file" if not pristine.has(rel) else "modified")
              for rel, data in change.items()]
     base = f"{up.package} {up.tag or up.version} ({head[:12]})"
+    if parent != head:
+        base = f"branch {', '.join(default_branch(d) for d in patch.trailer('Depends-On'))} ({parent[:12]}) on {base}"
     body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
     body_path.parent.mkdir(parents=True, exist_ok=True)
     body = pr_body(patch, Path(engine.lock.path).resolve().parent, kinds, base)
     body_path.write_text(body, encoding="utf-8")
     # also git's own place for it, which `git format-patch --cover-from-description` and request-pull read
     _ugit(repo, "config", f"branch.{branch}.description", body)
-    print(f"export-pr: {repo}: branch {branch} = {commit[:12]} on {up.tag or head[:12]} "
+    print(f"export-pr: {repo}: branch {branch} = {commit[:12]} on {up.tag or head[:12] if parent == head else parent[:12]} "
           f"({len(files)} file(s): {', '.join(files)})")
     print(f"export-pr: PR body written to {body_path}")
     return 0

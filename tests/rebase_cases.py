@@ -2,7 +2,8 @@
 sglang 0.5.14 -> 0.5.17 and flashinfer-python 0.6.12 -> 0.6.15.post1, and helpers shared by the rebase tests.
 
 Patches are recognised by the files they touch and their subject, not by their file names, so the
-expectations hold whatever number a patch has and whichever patches exist yet.
+expectations hold whatever number a patch has and whichever patches exist yet. Where two patches touch the
+same file (P1 and P7 the sm_120 dispatcher, P3 and P7 deepseek_v4.py) the subject pattern tells them apart.
 """
 from __future__ import annotations
 
@@ -39,14 +40,17 @@ class Expect:
 
 EXPECTED = [
     # P1: the dispatcher moved to sglang/kernels/ops/attention/ and was rewritten; the default backend is FlashInfer.
-    Expect("P1 MMA sparse decode", "sglang", "sglang/srt/layers/attention/flash_mla_sm120.py", "", "conflict", True),
+    Expect("P1 MMA sparse decode", "sglang", "sglang/srt/layers/attention/flash_mla_sm120.py", r"KV tile", "conflict", True),
     # P2: upstream made the same bf16 change in 0.5.16.
     Expect("P2 bf16 indexer", "sglang", INDEXER, r"bf16|bfloat16", "already upstream", False),
     # P3: PATCH_MAP predicts "offset" for the bare fp32 -> bf16 lines (193 lines further down), but the patch
     # also imports its Triton kernel among the model's imports, which 0.5.17 rewrote right there: a conflict.
-    Expect("P3 bf16 MHC-pre", "sglang", "sglang/srt/models/deepseek_v4.py", "", "conflict", False),
+    Expect("P3 bf16 MHC-pre", "sglang", "sglang/srt/models/deepseek_v4.py", r"MHC", "conflict", False),
     # P4: the function gained query chunking around the hunks; server_args forces TileLang on sm_120.
     Expect("P4 indexer length", "sglang", INDEXER, r"^(?!.*(bf16|bfloat16))", "conflict", True),
+    # P7: its dispatcher hunk sits on P1's (moved, rewritten); 0.5.17 reworked MQALayer.forward's padding and
+    # already passes a per-call sink (two hunks are in the release); no longer reached like P1 (FlashInfer default).
+    Expect("P7 real query heads", "sglang", "sglang/srt/models/deepseek_v4.py", r"query heads", "conflict", True),
     # P5: identical code, +12 lines.
     Expect("P5 FP4 JIT", "flashinfer", "flashinfer/quantization/fp4_quantization.py", "", "offset", False),
     # P6: cpp_ext.py is byte-identical in 0.6.15.post1.

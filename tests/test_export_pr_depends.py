@@ -1,0 +1,106 @@
+"""`Depends-On:` trailers: `export-pr` stacks a patch on the branch of the patch it needs, or refuses in one
+line naming it; `check` fails a Depends-On that does not name an earlier patch of the same series.
+
+The trailer is data (patchkit knows no patch by name): these tests take whatever patches of the real series
+carry one (P7 needs P1) and run them against git checkouts of the real pinned release (test_export_pr.py).
+"""
+from __future__ import annotations
+
+import pytest
+
+from patchkit.export_pr import default_branch
+from patchkit.patchfile import parse_patch
+from rebase_cases import repo_copy
+from test_export_pr import all_patches, checkouts, cli, git  # noqa: F401  (checkouts is a fixture)
+
+
+@pytest.fixture(scope="module")
+def overlay_repo(tmp_path_factory):
+    return repo_copy(tmp_path_factory.mktemp("depends") / "repo")
+
+
+def dependent_patches(repo):
+    found = [(name, up, p) for name, up, p in all_patches(repo) if p.trailer("Depends-On")]
+    if not found:
+        pytest.skip("no patch of the series carries a Depends-On: trailer")
+    return found
+
+
+def _branches(repo):
+    return set(git(repo, "branch", "--format=%(refname:short)").split())
+
+
+def test_refuses_without_the_dependency_branch_in_one_line(checkouts, overlay_repo):  # noqa: F811
+    for name, up, patch in dependent_patches(overlay_repo):
+        repo = checkouts[name]
+        before = _branches(repo), git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")
+        proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo))
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        dep = patch.trailer("Depends-On")[0]
+        assert f"depends on {dep}" in lines[0] and f"expected its branch {default_branch(dep)}" in lines[0]
+        assert (_branches(repo), git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")) == before
+
+
+def test_stacks_on_the_dependency_branch(checkouts, overlay_repo, patched_root):  # noqa: F811
+    patches = list(all_patches(overlay_repo))
+    for name, up, patch in dependent_patches(overlay_repo):
+        repo, prefix = checkouts[name], up.get("repo_prefix", "")
+        deps = patch.trailer("Depends-On")
+        made = []
+        try:
+            for dep in deps:
+                proc = cli(overlay_repo, "export-pr", f"{name}/{dep}", "--repo", str(repo))
+                assert proc.returncode == 0, proc.stderr
+                made.append(default_branch(dep))
+            proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo))
+            assert proc.returncode == 0, proc.stderr
+            mine = default_branch(patch.name)
+            made.append(mine)
+            dep_tip = git(repo, "rev-parse", made[-2]).strip()
+            # one commit on top of the dependency's branch, touching exactly this patch's files
+            assert git(repo, "rev-list", "--parents", "-n", "1", mine).split()[1:] == [dep_tip]
+            touched = set(git(repo, "diff", "--name-only", dep_tip, mine).split())
+            assert touched == {prefix + p for p in patch.paths} | {prefix + o for o in patch.overlay}
+            git(repo, "checkout", "-q", dep_tip)
+            try:
+                git(repo, "apply", "--check", "-", input=git(repo, "format-patch", "-1", "--stdout", mine))
+            finally:
+                git(repo, "checkout", "-q", "main")
+            # the change is this patch's alone; files only it and its dependencies touch end up as in the
+            # engine's fully patched tree
+            added = lambda diff: {l[1:] for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")}
+            own = added(patch.path.read_text().split("\ndiff --git ", 1)[1])
+            chain = {patch.name, *deps}
+            others = {q for n, _, p in patches if n == name and p.name not in chain for q in p.paths}
+            for rel in set(patch.paths):
+                assert added(git(repo, "diff", dep_tip, mine, "--", prefix + rel)) <= own, rel
+                if rel not in others:
+                    assert git(repo, "show", f"{mine}:{prefix}{rel}") == (patched_root / rel).read_text(), rel
+            # the upstream message names no file of this series; the PR body says what it is stacked on
+            message = git(repo, "log", "-1", "--format=%B", mine)
+            assert message.startswith(patch.subject + "\n\n") and "Depends-On" not in message
+            body = (overlay_repo / "build" / "pr" / (mine.replace("/", "-") + ".md")).read_text()
+            assert all(default_branch(d) in body for d in deps)
+        finally:
+            git(repo, "checkout", "-q", "main")
+            for b in made:
+                git(repo, "branch", "-q", "-D", b, check=False)
+
+
+def test_check_fails_a_depends_on_that_is_not_an_earlier_patch(tmp_path):
+    repo = repo_copy(tmp_path / "repo")
+    name, _, patch = dependent_patches(repo)[0]
+    path = repo / "patches" / name / patch.name
+    text = path.read_text()
+    dep = patch.trailer("Depends-On")[0]
+    for bad, why in ((patch.name, "found it at or after this patch"), ("0999-no-such.patch", "found no such patch")):
+        path.write_text(text.replace(f"Depends-On: {dep}\n", f"Depends-On: {bad}\n"))
+        assert parse_patch(path).trailer("Depends-On") == [bad]
+        proc = cli(repo, "check")
+        assert proc.returncode == 1, proc.stdout
+        row = next(line for line in proc.stdout.splitlines() if patch.name in line and "FAIL" in line)
+        assert f"Depends-On: {bad}: expected a patch earlier in the {name} series, {why}" in row
+    path.write_text(text)
+    assert cli(repo, "check").returncode == 0
