@@ -238,15 +238,19 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
         shutil.rmtree(work, ignore_errors=True)
 
 
-def build(out: Path, jit_cache: Path | None, gpu_cc: int, limit_mib: float, downloads: Path = DOWNLOADS) -> int:
+def build(out: Path, jit_cache: Path | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
+          downloads: Path = DOWNLOADS) -> int:
     reqs = read_requirements()
+    if jit_cache is not None:
+        jit_cache_members(jit_cache)          # a wrong --jit-cache fails before any download
     artifacts = pinned_artifacts()
-    wheels_dir = downloads / f"cp{TARGET_PYTHON.replace('.', '')}"
+    wheels_dir = downloads / f"cp{python_version.replace('.', '')}"
     wheels_dir.mkdir(parents=True, exist_ok=True)
-    pip_download(REQUIREMENTS, wheels_dir, TARGET_PYTHON)
+    pip_download(REQUIREMENTS, wheels_dir, python_version)
     wheels = [(find_wheel(wheels_dir, name, version), why) for name, version, why in reqs]
     out.parent.mkdir(parents=True, exist_ok=True)
-    manifest = assemble(out, artifacts, wheels, gpu_cc=gpu_cc, jit_cache=jit_cache, limit_mib=limit_mib)
+    manifest = assemble(out, artifacts, wheels, gpu_cc=gpu_cc, python_version=python_version, jit_cache=jit_cache,
+                        limit_mib=limit_mib)
     total, items = size_report(out, manifest, limit_mib)
     say(f"{out}: {total / MIB:.1f} MiB (limit {limit_mib:g} MiB), {len(manifest['files'])} files, "
         f"{len(manifest['payload'])} payload members; biggest items:")
@@ -361,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="compute capability of the GPU machine: 90 keeps sgl_kernel's sm90 ops (H100/H200), any other "
                         "value its sm100 ops (what sgl_kernel loads on sm_100 / sm_120); default 90")
     b.add_argument("--limit-mib", type=float, default=LIMIT_MIB)
+    b.add_argument("--python-version", default=TARGET_PYTHON,
+                   help=f"the GPU machine's Python (major.minor); default {TARGET_PYTHON}")
     i = sub.add_parser("install", help="install a bundle on the GPU machine (offline)")
     i.add_argument("bundle", type=Path)
     i.add_argument("--into", type=Path, required=True, metavar="SITE_ROOT")
@@ -373,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib)
+            return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib, args.python_version)
         if args.command == "install":
             return install(args.bundle, args.into)
         if args.command == "env":

@@ -131,7 +131,7 @@ def run(args) -> int:
         say(f"error: expected the patch set to leave sglang/jit_kernel alone, found it changes {touched[0]}; "
             "a cache built from the pinned tree would not match the patched one")
         return 1
-    python = Path(args.python)
+    python = Path(args.python).absolute()   # not resolve(): a venv's python is a symlink
     if not python.exists():
         say(f"error: expected a Python with torch and apache-tvm-ffi at {python} (make .venv/.installed), found none")
         return 1
@@ -143,11 +143,17 @@ def run(args) -> int:
            "TVM_FFI_CACHE_DIR": str(out), "CUDA_HOME": cuda_home, "PYTHONUNBUFFERED": "1"}
     say(f"arch {args.arch}, cache {out}, CUDA_HOME {cuda_home}, {len(MODULES)} module(s)")
     t0 = time.time()
-    proc = subprocess.run([str(python), "-c", _DRIVER, args.arch, json.dumps(MODULES)], env=env, cwd=str(WORK),
-                          capture_output=True, text=True)
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    proc = subprocess.Popen([str(python), "-c", _DRIVER, args.arch, json.dumps(MODULES)], env=env, cwd=str(WORK),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = []
+    for line in proc.stdout:                    # one line per module as it finishes: a cold Marlin takes minutes
+        if line.startswith("RESULT "):
+            results.append(json.loads(line[len("RESULT "):]))
+            say(f"{results[-1]['module']}: {results[-1]['result']} ({results[-1]['seconds']} s)")
+    stderr = proc.stderr.read()
+    proc.wait()
     if proc.returncode or len(results) != len(MODULES):
-        say(f"error: the compiling process exited {proc.returncode}: {proc.stderr.strip().splitlines()[-3:]}")
+        say(f"error: the compiling process exited {proc.returncode}: {stderr.strip().splitlines()[-3:]}")
     rows = [f"| {r['module']} | {r['result']} | {r['seconds']} |" for r in results]
     table = "\n".join([f"arch {args.arch}, nvcc from {cuda_home}, {time.time() - t0:.0f} s in all",
                        "| module | result | seconds |", "|---|---|---|", *rows])
