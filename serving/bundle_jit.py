@@ -33,14 +33,13 @@ WORK = REPO / "build" / "jit-prebuild"
 
 # The modules the DeepSeek-V4 server's sm_120 branches build on first use whose template arguments do not depend
 # on the model's shapes: (python module, builder function, argument expressions). Marlin MXFP4 MoE (its GEMM,
-# the weight repack at load, the activation between the GEMMs) is the one that costs minutes.
+# the weight repack at load, the activation between the GEMMs) is the one that costs minutes. Modules with shape
+# arguments, and those of sglang.jit_kernel.dsv4.attn / .moe (they import sglang.srt's model stack, down to
+# transformers' torchvision image utils, which this CPU process cannot load), compile on first use there, ~10 s each.
 MODULES = [
     ("sglang.jit_kernel.moe_wna16_marlin", "_jit_moe_wna16_marlin_module", ["torch.bfloat16"]),
     ("sglang.jit_kernel.gptq_marlin_repack", "_jit_gptq_marlin_repack_module", []),
     ("sglang.jit_kernel.activation", "_jit_activation_module", ["torch.bfloat16"]),
-    ("sglang.jit_kernel.dsv4.attn", "_jit_metadata_module", []),
-    ("sglang.jit_kernel.dsv4.moe", "_jit_mask_topk_module", []),
-    ("sglang.jit_kernel.dsv4.moe", "_jit_hash_topk_module", []),
     ("sglang.jit_kernel.dsv4.compress", "_jit_compress_plan_module", []),
     ("sglang.jit_kernel.dsv4.elementwise", "_jit_fused_rope_module", []),
 ]
@@ -116,11 +115,11 @@ def prepare(python: Path) -> tuple[Path, Path]:
                          capture_output=True, text=True, check=True).stdout.strip()
     deps = WORK / f"deps-{tag}"
     stamp = deps / ".complete"
-    if not stamp.exists():
-        reqs = [f"{n}=={v}" for n, v, _ in read_requirements(REQUIREMENTS) if n != "sglang-kernel"] + PREBUILD_EXTRA
+    reqs = [f"{n}=={v}" for n, v, _ in read_requirements(REQUIREMENTS) if n != "sglang-kernel"] + PREBUILD_EXTRA
+    if not stamp.exists() or stamp.read_text() != "\n".join(reqs) + "\n":
         say(f"installing the jit modules' import dependencies into {deps}")
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--target", str(deps), *reqs], check=True)
+                        "--upgrade", "--target", str(deps), *reqs], check=True)
         stamp.write_text("\n".join(reqs) + "\n")
     return tree, deps
 
