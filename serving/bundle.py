@@ -278,12 +278,14 @@ def _patchkit_cache(bundle: Path):
             os.environ["PATCHKIT_CACHE"] = old
 
 
-def _have_module(name: str) -> bool:
+def _have_module(name: str, besides: Path) -> bool:
+    """Whether this Python finds `name` anywhere but under `besides` (an earlier install's stubs on PYTHONPATH)."""
     import importlib.util
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return False
+    return spec is not None and not str(spec.origin or "").startswith(str(besides) + os.sep)
 
 
 def make_trees(bundle: Path, trees: Path) -> None:
@@ -305,12 +307,12 @@ def make_trees(bundle: Path, trees: Path) -> None:
                           f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
 
 
-def install(bundle: Path, site_root: Path, python_ok=None) -> int:
+def install(bundle: Path, site_root: Path) -> int:
     bundle, site_root = Path(bundle).resolve(), Path(site_root).resolve()
     manifest = read_manifest(bundle)
     want = manifest["target"]["python"]
     found = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if found != want and not (python_ok and python_ok(found)):
+    if found != want:
         raise BundleError(f"{bundle}: built for Python {want}, found Python {found} running the install")
     verify_files(bundle, manifest)
     site_root.mkdir(parents=True, exist_ok=True)
@@ -329,7 +331,7 @@ def install(bundle: Path, site_root: Path, python_ok=None) -> int:
         (new / "stubs").mkdir(parents=True)
         for top in sorted((unpacked / "stubs").iterdir()) if (unpacked / "stubs").is_dir() else []:
             name = top.stem if top.is_file() else top.name
-            if _have_module(name):
+            if _have_module(name, besides=site_root):
                 say(f"stand-in for {name} not installed: this machine has {name}")
                 continue
             (shutil.copytree if top.is_dir() else shutil.copy2)(top, new / "stubs" / top.name)
