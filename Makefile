@@ -92,10 +92,11 @@ SMOKE_TIMEOUT ?= 1200
 BUNDLE  ?=
 TREE    ?= patched
 EAGER   ?=
+GRAPH_MAX_BS ?=
 SMOKE_LOG ?= build/smoke-server.log
 SERVE_PY = $(if $(BUNDLE),$(PYTHON),$(SGLANG_VENV)/bin/python)
 SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
-             $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager)
+             $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager) $(if $(GRAPH_MAX_BS),--graph-max-bs $(GRAPH_MAX_BS))
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
 SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV) --tree $(TREE))
 

@@ -205,12 +205,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tree", choices=TREES, default="patched",
                         help="with --bundle: the patched tree (default) or the pinned baseline")
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs (--disable-cuda-graph)")
+    parser.add_argument("--graph-max-bs", type=int, default=None,
+                        help="largest decode batch captured in a CUDA graph (sglang's --cuda-graph-max-bs-decode; "
+                             "default: sglang's, 256 on an H200): fewer graphs start faster")
 
 
 def launch_from_args(args: argparse.Namespace, site_root: Path | None = None) -> Launch:
     python = args.python or (sys.executable if args.bundle else str(DEFAULT_PYTHON))
+    extra = ["--cuda-graph-max-bs-decode", str(args.graph_max_bs)] if getattr(args, "graph_max_bs", None) else []
     return build(model=args.model or None, tp=args.tp, port=args.port, context=args.context, python=python,
-                 bundle_site=site_root, tree=args.tree, eager=args.eager)
+                 bundle_site=site_root, tree=args.tree, eager=args.eager, extra_args=extra)
 
 
 def bundle_gate(args: argparse.Namespace, log=print) -> tuple[int, Path | None]:
