@@ -101,9 +101,8 @@ def server_launch(args, tree: str, model_dir: Path, site_root: Path | None) -> s
     extra = ["--load-format", "dummy",
              "--cuda-graph-max-bs-decode", str(max_c),       # capture only what the runs use (pinned capture is slow)
              "--max-running-requests", str(max_c),
-             "--disable-radix-cache",                  # random prompts; no prefix reuse between runs
              "--random-seed", "0"]
-    if args.mem_fraction:
+    if args.mem_fraction:   # leave room for the pinned indexer's fp32 temporaries under graph capture
         extra += ["--mem-fraction-static", str(args.mem_fraction)]
     python = args.python or (sys.executable if site_root else str(serve_cmd.DEFAULT_PYTHON))
     launch = serve_cmd.build(model=str(model_dir), tp=args.tp, port=args.port, context=args.context,
@@ -460,7 +459,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-prompt-tokens", type=int, default=1 << 18,
                     help="skip runs with concurrency x prompt length above this (default 262144: drops 64 x 8K)")
     ap.add_argument("--tree-budget", type=float, default=540.0, help="seconds per tree, server start included")
-    ap.add_argument("--mem-fraction", type=float, default=None, help="the server's --mem-fraction-static")
+    ap.add_argument("--mem-fraction", type=float, default=0.6,
+                    help="the server's --mem-fraction-static (default 0.6: the pinned indexer's fp32 temporaries "
+                         "at 1M context and batch 64 need many GB outside the KV pool; 0 = sglang's choice)")
     ap.add_argument("--port", type=int, default=30100)
     ap.add_argument("--out", type=Path, default=None, help="results dir (default build/bench-e2e/<UTC time>)")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("PINNED.json", "PATCHED.json"))

@@ -50,7 +50,7 @@ def test_server_command_parses_with_the_pinned_parser():
     launch = launch_for("--tp", "8", "--concurrency", "1,16,64", "--python", "python3")
     ns = parse_with_pinned(launch.argv[3:])
     assert ns.tp_size == 8 and ns.context_length == 1 << 20 and ns.load_format == "dummy"
-    assert ns.cuda_graph_max_bs_decode == 64 and ns.max_running_requests == 64 and ns.disable_radix_cache is True
+    assert ns.cuda_graph_max_bs_decode == 64 and ns.max_running_requests == 64 and ns.mem_fraction_static == 0.6
     assert ns.disable_cuda_graph is False and ns.served_model_name == bench_e2e.SERVED_NAME
     assert ns.chunked_prefill_size == serve_cmd.PREFILL_CHUNK and ns.attention_backend == "dsv4"
 
