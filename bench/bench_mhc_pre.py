@@ -4,12 +4,16 @@ x [T, 4, 4096] bf16, hc_fn [24, 16384] fp32, T = tokens in the batch. The functi
 nested `hc_pre_torch_impl` compiled out of the pristine and the patched deepseek_v4.py:
   fp32         pinned (SGLang 0.5.14)
   bf16 torch   patched, SGLANG_SM120_MHC_PRE_TRITON=0 (bf16 F.linear, fp32 statistics)
-  bf16 fused   patched default on CUDA (the overlay's fused Triton kernel)
-Timed eagerly (per call, launches included) and as CUDA-graph replays (the decode setting); for
---compile-tokens also under torch.compile inside the graph, which is what `compile_in_capture_mode`
-does during SGLang's capture. Prints markdown tables.
+  before       --before-overlay FILE: the patched function with an earlier mhc_pre_triton.py (optional)
+  fused        patched default on CUDA (the overlay's fused Triton kernel)
+Timed eagerly (per call, launches included: host-bound at small T) and as CUDA-graph replays (the
+decode setting); each time is the median over --repeats of the mean of --iters calls or replays.
+--compile-tokens: also under torch.compile inside the graph, which is what `compile_in_capture_mode`
+does during SGLang's capture. --sweep: the one-launch kernel (the eager route) replayed in a graph,
+i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
+(eager and sweep) against float64 over the 2^-8 bound of tests/test_mhc_bf16.py (<= 1 passes).
 
-    python3 bench/bench_mhc_pre.py [--pristine-root DIR --patched-root DIR]
+    python3 bench/bench_mhc_pre.py [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
 """
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ import argparse
 import datetime
 import os
 import platform
+import shutil
+import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -26,23 +33,44 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import dsv4_indexer_cases as C  # noqa: E402
 from timing import capture_graph, event_ms  # noqa: E402
+from upstream import load_module  # noqa: E402
 
 
-def eager_ms(fn, iters):
-    return event_ms(fn, iters)
+def median_us(measure, repeats):
+    return statistics.median(measure() for _ in range(repeats)) * 1e3
 
 
-def graph_ms(fn, iters):
-    return event_ms(capture_graph(fn).replay, iters)
+def bound_ratio(x, hc_fn, mixes) -> float:
+    """Worst |mix - float64 reference| over the bf16 bound 2^-8 * rsqrt * sum_i |x_i w_i| (<= 1 passes)."""
+    x64, w64 = x.flatten(1).double(), hc_fn.double()
+    rsqrt = torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
+    bound = 2.0 ** -8 * rsqrt * (x64.abs() @ w64.abs().t())
+    return ((mixes.reshape(x.shape[0], -1).double() - (x64 @ w64.t()) * rsqrt).abs() / bound).max().item()
+
+
+def tree_with_overlay(patched: Path, overlay_file: Path) -> Path:
+    """A root holding the patched deepseek_v4.py and another mhc_pre_triton.py, whose custom op is
+    renamed (one name can be registered once per process; the shipped module keeps its own)."""
+    root = Path(tempfile.mkdtemp(prefix="mhc-before-"))
+    (root / C.MODEL).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(patched / C.MODEL, root / C.MODEL)
+    (root / C.MHC_PRE_TRITON).parent.mkdir(parents=True, exist_ok=True)
+    text = overlay_file.read_text().replace("sglang_sm120::", "sglang_sm120_before::").replace(
+        "torch.ops.sglang_sm120,", "torch.ops.sglang_sm120_before,")
+    (root / C.MHC_PRE_TRITON).write_text(text)
+    return root
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128")
+    ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128,256,1024,4096")
     ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compile-tokens", default="64", help="T values also timed under torch.compile ('' for none)")
     ap.add_argument("--pristine-root")
     ap.add_argument("--patched-root")
+    ap.add_argument("--before-overlay")
+    ap.add_argument("--sweep", default="", help="programs-per-SM values for the fused kernel's graph time")
     args = ap.parse_args()
 
     pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root)
@@ -50,47 +78,63 @@ def main() -> None:
     os.environ["SGLANG_SM120_MHC_PRE_TRITON"] = "0"        # read when the module flag is evaluated
     impls["bf16 torch"] = C.hc_pre_torch_impl(patched)
     os.environ["SGLANG_SM120_MHC_PRE_TRITON"] = "1"
-    impls["bf16 fused"] = C.hc_pre_torch_impl(patched)
+    if args.before_overlay:
+        impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay)))
+    impls["fused"] = C.hc_pre_torch_impl(patched)
+    overlay = load_module(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
+    sweep = [float(f) for f in args.sweep.split(",") if f]
 
     print("command:", " ".join([sys.executable] + sys.argv))
     print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(),
           f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))})",
           "| torch", torch.__version__, "| triton", triton.__version__, "| CUDA", torch.version.cuda,
           "| python", platform.python_version())
-    print(f"x [T, {C.HC_MULT}, {C.HIDDEN}] bf16, hc_fn [{C.MIX_HC}, {C.HC_DIM}] fp32; mean of {args.iters}")
+    print(f"x [T, {C.HC_MULT}, {C.HIDDEN}] bf16, hc_fn [{C.MIX_HC}, {C.HC_DIM}] fp32;"
+          f" median of {args.repeats} x mean of {args.iters} calls (eager) or replays (graph), us")
     print()
-    print("| T | fp32 eager us | bf16 fused eager us | eager speedup | fp32 graph us | bf16 torch graph us "
-          "| bf16 fused graph us | graph speedup (fused) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    eager_keys = [k for k in ("fp32", "before", "fused") if k in impls]
+    graph_keys = list(impls)
+    head = [f"{k} eager" for k in eager_keys] + ["fused/fp32 eager"] + [f"{k} graph" for k in graph_keys]
+    head += ["fused/fp32 graph"] + [f"one-launch x{f} graph" for f in sweep] + ["fused err/bound"]
+    print("| T | " + " | ".join(head) + " |")
+    print("|---:|" + "---:|" * len(head))
     gen = torch.Generator(device="cuda").manual_seed(0)
     hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
     inputs = {}
     for tokens in [int(t) for t in args.tokens.split(",")]:
         x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
         inputs[tokens] = x
-        t = {}
-        for key in ("fp32", "bf16 fused"):
-            t[key, "eager"] = eager_ms(lambda: impls[key](x, hc_fn), args.iters) * 1e3
-        for key in impls:
-            t[key, "graph"] = graph_ms(lambda: impls[key](x, hc_fn), args.iters) * 1e3
-        print(f"| {tokens} | {t['fp32', 'eager']:.1f} | {t['bf16 fused', 'eager']:.1f} "
-              f"| {t['fp32', 'eager'] / t['bf16 fused', 'eager']:.2f}x | {t['fp32', 'graph']:.1f} "
-              f"| {t['bf16 torch', 'graph']:.1f} | {t['bf16 fused', 'graph']:.1f} "
-              f"| {t['fp32', 'graph'] / t['bf16 fused', 'graph']:.2f}x |", flush=True)
+        iters = max(10, min(args.iters, args.iters * 64 // tokens))
+        e = {k: median_us(lambda k=k: event_ms(lambda: impls[k](x, hc_fn), iters), args.repeats) for k in eager_keys}
+        g = {}
+        for k in graph_keys:
+            graph = capture_graph(lambda: impls[k](x, hc_fn))
+            g[k] = median_us(lambda: event_ms(graph.replay, iters), args.repeats)
+        s = []
+        err = bound_ratio(x, hc_fn, impls["fused"](x, hc_fn)[1])
+        for f in sweep:
+            flat = x.flatten(1)
+            out = []
+            graph = capture_graph(lambda: out.append(overlay.mhc_pre_mixes_triton(flat, hc_fn, C.RMS_EPS, route="one-launch", programs_per_sm=f)))
+            s.append(median_us(lambda: event_ms(graph.replay, iters), args.repeats))
+            err = max(err, bound_ratio(x, hc_fn, out[-1]))
+        cells = [f"{e[k]:.1f}" for k in eager_keys] + [f"{e['fp32'] / e['fused']:.2f}x"]
+        cells += [f"{g[k]:.1f}" for k in graph_keys] + [f"{g['fp32'] / g['fused']:.2f}x"] + [f"{v:.1f}" for v in s] + [f"{err:.3f}"]
+        print(f"| {tokens} | " + " | ".join(cells) + " |", flush=True)
 
     compile_tokens = [int(t) for t in args.compile_tokens.split(",") if t]
     if compile_tokens:
         print()
         print("torch.compile inside the CUDA graph (as under SGLang's capture):")
         print()
-        print("| T | fp32 compiled graph us | bf16 fused compiled graph us | speedup |")
+        print("| T | fp32 compiled graph us | fused compiled graph us | speedup |")
         print("|---:|---:|---:|---:|")
     for tokens in compile_tokens:
         x = inputs.get(tokens)
         if x is None:
             x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
-        a = graph_ms(lambda f=torch.compile(impls["fp32"]): f(x, hc_fn), args.iters) * 1e3
-        b = graph_ms(lambda f=torch.compile(impls["bf16 fused"]): f(x, hc_fn), args.iters) * 1e3
+        a = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fp32"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
+        b = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fused"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         print(f"| {tokens} | {a:.1f} | {b:.1f} | {a / b:.2f}x |", flush=True)
 
 

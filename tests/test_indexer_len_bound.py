@@ -87,3 +87,43 @@ def test_patched_switch_restores_upstream_fallback(patched_root, monkeypatch):
     with C.KVBytesRead(cache) as probe:
         C.indexer_function(patched_root)(q_fp8, cache, weight, seq_lens, page_table, None, max_seq_len, False)
     assert probe.torch_bytes == page_table.numel() * C.PAGE_BYTES and probe.triton_bytes == 0
+
+
+def _overlay(root):
+    from upstream import load_module
+
+    return load_module(root / C.TRITON_INDEXER, "indexer_overlay_configs")
+
+
+@pytest.mark.parametrize("fill_tail", [False, True])
+def test_every_config_reads_only_real_lengths_and_matches(patched_root, pristine_root, fill_tail, monkeypatch):
+    """Every INDEXER_CONFIGS entry (any can be picked by batch and GPU), with 3 "SMs" so rows get
+    several programs, each walking its pages round-robin."""
+    q_fp8, cache, weight, seq_lens, page_table, max_seq_len = _case()
+    overlay = _overlay(patched_root)
+    monkeypatch.setattr(overlay, "_device_info", lambda device: (3, 9))
+    upstream = C.indexer_function(pristine_root)
+    expected = upstream(q_fp8, cache, weight, seq_lens, page_table, None, max_seq_len, False)
+    s, _, kscale = C.reference_scores(q_fp8, cache, weight, page_table, max_seq_len)
+    tol = C.logit_bound(s, weight, kscale, MATCH_REL)
+    budget = _pages_needed(seq_lens) * C.PAGE_BYTES
+    for name in overlay.INDEXER_CONFIGS:
+        with C.KVBytesRead(cache) as probe:
+            logits = overlay.fp8_paged_mqa_logits_triton(q_fp8, cache, weight, seq_lens, page_table, max_seq_len,
+                                                         fill_tail=fill_tail, config=name)
+        assert probe.bytes <= budget, f"{name}: expected at most {budget} KV bytes read, found {probe.bytes}"
+        for b, length in enumerate(seq_lens.flatten().tolist()):
+            diff = (logits[b, :length].double() - expected[b, :length].double()).abs()
+            assert (diff <= tol[b, :length]).all(), f"{name}, row {b}: logits differ from the upstream fallback"
+            end = max_seq_len if fill_tail else -(-length // C.PAGE) * C.PAGE
+            assert torch.isneginf(logits[b, length:end]).all(), f"{name}, row {b}: expected -inf after seq_len"
+
+
+def test_config_choice_follows_batch_and_gpu(patched_root):
+    overlay = _overlay(patched_root)
+    assert overlay.pick_config(1, 9) == overlay.SMALL_BATCH_CONFIG
+    assert overlay.pick_config(64, 9) == overlay.DEFAULT_CONFIG
+    assert overlay.pick_config(64, 12) == overlay.SMALL_BATCH_CONFIG    # sm_120: unmeasured, unchanged
+    # Full rows: the rounded-down grid stays within programs_per_sm * SMs (one wave on the H200).
+    assert overlay.num_splits(64, 4096, 4, 132, "down") * 64 <= 4 * 132
+    assert overlay.num_splits(64, 4096, 4, 132, "up") == 9

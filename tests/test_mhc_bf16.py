@@ -86,3 +86,22 @@ def test_pristine_has_no_fused_mhc_pre(pristine_root):
 
 def test_patched_fused_mhc_pre_is_bf16_within_bound(patched_root):
     check_fused_mhc_pre(patched_root)
+
+
+@pytest.mark.parametrize("route", ["graph", "one-launch"])
+def test_patched_fused_routes_split_k_within_bound(patched_root, route):
+    """Both routes of the fused kernel with many K splits (programs_per_sm=24 on the interpreter's
+    one "SM"): the graph route's second launch and the one-launch route's last-arriving program
+    must add every split. The one-launch route runs twice: its arrival counters must be back at 0."""
+    from upstream import load_module
+
+    overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_routes")
+    for tokens in (3, 70):                     # one token tile / two tiles of 64
+        x, hc_fn = _case(tokens)
+        with C.InterpretedDots():           # the interpreter's own bf16 dot is wrong (see the helper)
+            first = overlay.mhc_pre_mixes_triton(x.flatten(1), hc_fn, C.RMS_EPS, route=route, programs_per_sm=24)
+            again = overlay.mhc_pre_mixes_triton(x.flatten(1), hc_fn, C.RMS_EPS, route=route, programs_per_sm=24)
+        _assert_within_bound(x, hc_fn, first)
+        assert torch.equal(first, again), "the same inputs must give the same bits"
+    if route == "one-launch":
+        assert all(int(buf.abs().sum()) == 0 for buf in overlay._counters.values()), "arrival counters not reset"

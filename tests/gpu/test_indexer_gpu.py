@@ -24,9 +24,12 @@ MATCH_REL = 2.0 ** -16
 BATCH, WIDTH = 8, 512            # 32768 c4 positions (a 128K-token context)
 
 
+OVERLAY = load_module(REPO / "overlay" / C.TRITON_INDEXER)
+
+
 @pytest.fixture(scope="module")
 def kernel():
-    return load_module(REPO / "overlay" / C.TRITON_INDEXER).fp8_paged_mqa_logits_triton
+    return OVERLAY.fp8_paged_mqa_logits_triton
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +49,18 @@ LENGTH_SETS = [
 ]
 
 
+@pytest.mark.parametrize("config", [None] + sorted(OVERLAY.INDEXER_CONFIGS))
 @pytest.mark.parametrize("fill_tail", [False, True])
-def test_graph_replay_matches_upstream_fallback(kernel, case, pristine_root, fill_tail):
+def test_graph_replay_matches_upstream_fallback(kernel, case, pristine_root, fill_tail, config):
+    """config None: what the function picks (batch 8: SMALL_BATCH_CONFIG); then every config in the
+    table, which pick_config may choose by batch and GPU."""
     q_fp8, cache, weight, page_table = case
     max_seq_len = WIDTH * C.PAGE
     upstream = C.indexer_function(pristine_root)
     seq_lens = torch.ones(BATCH, 1, dtype=torch.int32, device="cuda")
 
     def step():
-        return kernel(q_fp8, cache, weight, seq_lens, page_table, max_seq_len, fill_tail=fill_tail)
+        return kernel(q_fp8, cache, weight, seq_lens, page_table, max_seq_len, fill_tail=fill_tail, config=config)
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

@@ -46,3 +46,32 @@ def test_fused_mhc_pre_eager_compiled_and_graph(patched_root, tokens, monkeypatc
     graph.replay()
     torch.cuda.synchronize()
     assert _bound_ratio(x, hc_fn, mixes_g) <= 1.0
+
+
+@pytest.mark.parametrize("tokens", [2, 100, 1024, 4096])
+def test_both_routes_within_bound_repeatable_and_graph_safe(patched_root, tokens):
+    """The eager one-launch route (arrival counters, last program adds the splits) at decode and
+    prefill sizes: within the bound, the same bits on every call, counters back at 0; and the graph
+    route, which the function takes by itself while a stream is being captured."""
+    from upstream import load_module
+
+    overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_gpu_routes")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = (torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda") * 3).to(torch.bfloat16)
+    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
+    flat = x.flatten(1)
+    runs = [overlay.mhc_pre_mixes_triton(flat, hc_fn, C.RMS_EPS) for _ in range(3)]
+    torch.cuda.synchronize()
+    assert _bound_ratio(x, hc_fn, runs[0]) <= 1.0
+    assert all(torch.equal(r, runs[0]) for r in runs), "one-launch route: results differ between calls"
+    assert all(int(buf.abs().sum()) == 0 for buf in overlay._counters.values()), "arrival counters not reset"
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = overlay.mhc_pre_mixes_triton(flat, hc_fn, C.RMS_EPS)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _bound_ratio(x, hc_fn, captured) <= 1.0
+    direct = overlay.mhc_pre_mixes_triton(flat, hc_fn, C.RMS_EPS, route="graph")
+    assert torch.equal(captured, direct), "inside a capture the function must take the graph route"

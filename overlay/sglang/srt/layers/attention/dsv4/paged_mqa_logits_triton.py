@@ -32,8 +32,27 @@ PAGE_SIZE = 64
 HEAD_DIM = 128
 PAGE_BYTES = PAGE_SIZE * (HEAD_DIM + 4)
 
-# About this many programs per SM keep the GPU busy at batch 1 without drowning batch 64.
-_PROGRAMS_PER_SM = 4
+# name: (num_warps, num_stages, programs per SM, grid rounding). Triton's
+# pipeliner stages the loads (cp.async): with num_stages=5 the K tiles of the next pages are in
+# flight during a page's MMA; at 3 it waits for each page right before using it. Programs per SM:
+# what fits at once on an H200 (104 registers, <= 33 KB shared memory: 4). Rounding "down" keeps
+# the grid within one wave (full rows give every program the same work: one program too many costs
+# a second wave); "up" is the 2026-11-29 rule.
+INDEXER_CONFIGS = {
+    "w4-s3-x4": (4, 3, 4, "up"),       # the 2026-11-29 kernel and grid
+    "w4-s5-x4": (4, 5, 4, "down"),
+}
+# Measured on an H200 (BENCHMARKS.md#indexer): 16 rows and more gain from 5 stages; a single row
+# (each program has only a few pages) does not, so it keeps the 2026-11-29 config. Other GPUs keep
+# it at every batch: on sm_120 (100 KB shared memory per SM) the 5-stage build fits 2 programs per
+# SM, not 4, and that trade was not measured.
+SMALL_BATCH, SMALL_BATCH_CONFIG, DEFAULT_CONFIG = 16, "w4-s3-x4", "w4-s5-x4"
+
+
+def pick_config(batch_size: int, capability_major: int) -> str:
+    if capability_major == 9 and batch_size >= SMALL_BATCH:
+        return DEFAULT_CONFIG
+    return SMALL_BATCH_CONFIG
 
 
 @triton.jit
@@ -63,6 +82,7 @@ def _paged_mqa_logits_kernel(
     out_row = out_ptr + row.to(tl.int64) * stride_out
 
     # Pages split round-robin over `num_splits` programs; the loop bound is this row's length.
+    # Triton's pipeliner stages the page-index and K loads (cp.async, num_stages deep).
     for p in tl.range(split, n_pages, num_splits):
         page = tl.load(page_table_ptr + row * stride_pt + p).to(tl.int64)
         k = tl.load(kv_ptr + page * (PAGE * (D + 4)) + offs_t[:, None] * D + offs_d[None, :])
@@ -79,19 +99,26 @@ def _paged_mqa_logits_kernel(
             tl.store(out_row + pos, tl.full([PAGE], float("-inf"), tl.float32), mask=pos < max_seq_len)
 
 
-_sm_counts: dict[int, int] = {}
+_device_infos: dict[int, tuple[int, int]] = {}
 
 
-def _num_splits(batch_size: int, max_pages: int, device: torch.device) -> int:
+def _device_info(device: torch.device) -> tuple[int, int]:
+    """(SM count, compute capability major); on the CPU (TRITON_INTERPRET=1) one SM, so a few
+    splits still exercise the round-robin loop."""
+    if device.type != "cuda":
+        return 1, 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _device_infos:
+        props = torch.cuda.get_device_properties(index)
+        _device_infos[index] = (props.multi_processor_count, props.major)
+    return _device_infos[index]
+
+
+def num_splits(batch_size: int, max_pages: int, programs_per_sm: int, sms: int, rounding: str = "down") -> int:
     """Programs per row: a host-side function of the static shapes only (graph-safe)."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index not in _sm_counts:
-            _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-        sms = _sm_counts[index]
-    else:  # TRITON_INTERPRET=1 on CPU: a few splits still exercise the round-robin loop.
-        sms = 1
-    return max(1, min(max_pages, triton.cdiv(_PROGRAMS_PER_SM * sms, batch_size)))
+    total = programs_per_sm * sms
+    per_row = total // batch_size if rounding == "down" else triton.cdiv(total, batch_size)
+    return max(1, min(max_pages, per_row))
 
 
 def fill_tail_from_env() -> bool:
@@ -106,6 +133,7 @@ def fp8_paged_mqa_logits_triton(
     page_table: torch.Tensor,
     max_seq_len: int,
     fill_tail: bool | None = None,
+    config: str | None = None,
 ) -> torch.Tensor:
     """Shapes as `fp8_paged_mqa_logits_torch_sm120`; returns fp32 `[B, max_seq_len]`."""
     batch_size, _, num_heads, head_dim = q_fp8.shape
@@ -126,14 +154,16 @@ def fp8_paged_mqa_logits_triton(
     weight = weight.float().contiguous()
     seq_lens = seq_lens.to(torch.int32)
 
+    sms, major = _device_info(q_fp8.device)
+    warps, stages, per_sm, rounding = INDEXER_CONFIGS[config or pick_config(batch_size, major)]
     logits = torch.empty((batch_size, max_seq_len), dtype=torch.float32, device=q_fp8.device)
     max_pages = triton.cdiv(max_seq_len, PAGE_SIZE)
-    num_splits = _num_splits(batch_size, max_pages, q_fp8.device)
-    _paged_mqa_logits_kernel[(batch_size, num_splits)](
+    splits = num_splits(batch_size, max_pages, per_sm, sms, rounding)
+    _paged_mqa_logits_kernel[(batch_size, splits)](
         q, kv_fp8, kv_scale, weight, seq_lens, page_table, logits,
         q.stride(0), q.stride(1), weight.stride(0), page_table.stride(0), logits.stride(0),
-        max_seq_len, num_splits,
+        max_seq_len, splits,
         H=num_heads, D=HEAD_DIM, PAGE=PAGE_SIZE, FILL_TAIL=fill_tail,
-        num_warps=4, num_stages=3,
+        num_warps=warps, num_stages=stages,
     )
     return logits

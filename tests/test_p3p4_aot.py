@@ -1,0 +1,131 @@
+"""P3/P4: every shipped MHC-pre and indexer kernel config compiles ahead of time for sm_120 and sm_90, on the CPU.
+
+The sm_120 gate of tests/test_mma_aot.py (whose compile helpers this reuses): at most 101376 bytes of
+shared memory per block, no register spills, and mma.sync only (no wgmma, which sm_120 lacks). The
+configs are read from the overlay modules, so a new entry in INDEXER_CONFIGS or a new MHC tile size
+is checked without touching this file. Compiles run in a subprocess (no TRITON_INTERPRET leak).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INDEXER = REPO / "overlay/sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
+MHC = REPO / "overlay/sglang/srt/layers/mhc_pre_triton.py"
+ARCHS = (120, 90)
+SM120_SHARED_LIMIT = 101376
+
+INDEXER_SIGNATURE = dict(
+    q_ptr="*fp8e4nv", kv_ptr="*fp8e4nv", scale_ptr="*fp32", w_ptr="*fp32", seq_lens_ptr="*i32",
+    page_table_ptr="*i32", out_ptr="*fp32", stride_qb="i32", stride_qh="i32", stride_wb="i32",
+    stride_pt="i32", stride_out="i32", max_seq_len="i32", num_splits="i32",
+)
+INDEXER_DIV16 = ["stride_qb", "stride_qh", "stride_wb", "stride_pt", "stride_out", "max_seq_len"]
+PARTIALS_SIGNATURE = dict(
+    x_ptr="*bf16", w_ptr="*fp32", part_ptr="*fp32", sq_ptr="*fp32", T="i32", K="i32", N="i32",
+    stride_x="i32", stride_w="i32", k_per_split="i32",
+)
+FINISH_SIGNATURE = dict(part_ptr="*fp32", sq_ptr="*fp32", out_ptr="*fp32", T="i32", N="i32", num_splits="i32",
+                        inv_k="fp32", eps="fp32")
+FUSED_SIGNATURE = dict(
+    x_ptr="*bf16", w_ptr="*fp32", part_ptr="*fp32", count_ptr="*i32", out_ptr="*fp32", T="i32", K="i32",
+    N="i32", stride_x="i32", stride_w="i32", k_per_split="i32", num_splits="i32", inv_k="fp32", eps="fp32",
+)
+MHC_DIV16 = ["K", "stride_x", "stride_w", "k_per_split"]
+# Token counts whose launch shapes cover every MHC tile size; SM counts of the sm_120 cards and the H200.
+MHC_TOKENS = (1, 2, 16, 32, 64, 256, 4096)
+SM_COUNTS = (188, 170, 132)
+
+
+def _compile_all() -> list[dict]:
+    sys.path.insert(0, str(REPO / "tests"))
+    import triton
+    from test_mma_aot import compile_kernel, ptxas_report
+    from upstream import load_module
+
+    idx = load_module(INDEXER, "indexer_aot")
+    mhc = load_module(MHC, "mhc_pre_aot")
+    rows = []
+
+    def build(label, fn, signature, constexprs, div16, warps, stages, arch):
+        k = compile_kernel(fn, signature, constexprs, div16, warps, stages, arch)
+        ptx = k.asm["ptx"]
+        rows.append({"arch": arch, "kernel": label, "shared": k.metadata.shared, "wgmma": "wgmma" in ptx,
+                     "mma_sync": "mma.sync" in ptx, **ptxas_report(ptx, arch)})
+
+    for arch in ARCHS:
+        for name, (warps, stages, _, _) in idx.INDEXER_CONFIGS.items():
+            for fill_tail in (False, True):
+                const = dict(H=64, D=idx.HEAD_DIM, PAGE=idx.PAGE_SIZE, FILL_TAIL=fill_tail)
+                build(f"indexer/{name}/fill_tail={fill_tail}", idx._paged_mqa_logits_kernel, INDEXER_SIGNATURE,
+                      const, INDEXER_DIV16, warps, stages, arch)
+        shapes = set()
+        for sms in SM_COUNTS:
+            for tokens in MHC_TOKENS:
+                for per_sm in {mhc.GRAPH_PROGRAMS_PER_SM, mhc.EAGER_PROGRAMS_PER_SM}:
+                    block_t, _, splits, _ = mhc.launch_config(tokens, 16384, sms, per_sm)
+                    chunk = max(1, min(triton.next_power_of_2(splits), mhc._REDUCE_ELEMS // (block_t * mhc.BLOCK_N)))
+                    shapes.add((block_t, triton.next_power_of_2(splits), chunk))
+        for block_t, splits_pow2, chunk in sorted(shapes):
+            tiles = dict(BLOCK_T=block_t, BLOCK_N=mhc.BLOCK_N, BLOCK_K=mhc.BLOCK_K)
+            build(f"mhc/partials/t{block_t}", mhc._mhc_pre_partials, PARTIALS_SIGNATURE, tiles, MHC_DIV16, 4, 3, arch)
+            build(f"mhc/finish/s{splits_pow2}", mhc._mhc_pre_finish, FINISH_SIGNATURE,
+                  dict(SPLITS_POW2=splits_pow2, BLOCK_N=mhc.BLOCK_N), [], 4, 3, arch)
+            build(f"mhc/one-launch/t{block_t}/c{chunk}", mhc._mhc_pre_fused, FUSED_SIGNATURE,
+                  {**tiles, "SPLIT_CHUNK": chunk}, MHC_DIV16, 4, 3, arch)
+    unique = {(r["arch"], r["kernel"]): r for r in rows}
+    return list(unique.values())
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    for row in rows:
+        print(row)
+    return rows
+
+
+def test_every_config_is_built(compiled):
+    sys.path.insert(0, str(REPO / "tests"))
+    from upstream import extract_functions
+
+    ns = extract_functions(INDEXER, ["INDEXER_CONFIGS"], {})
+    kinds = {(r["arch"], r["kernel"]) for r in compiled}
+    for arch in ARCHS:
+        for name in ns["INDEXER_CONFIGS"]:
+            assert (arch, f"indexer/{name}/fill_tail=False") in kinds and (arch, f"indexer/{name}/fill_tail=True") in kinds
+        assert any(k.startswith("mhc/one-launch/") for a, k in kinds if a == arch)
+        assert any(k.startswith("mhc/partials/") for a, k in kinds if a == arch)
+
+
+def test_sm120_shared_memory_fits(compiled):
+    for row in compiled:
+        if row["arch"] == 120:
+            assert 0 < row["shared"] <= SM120_SHARED_LIMIT, row
+
+
+def test_sm120_uses_mma_sync_only(compiled):
+    for row in compiled:
+        if row["arch"] == 120 and "finish" not in row["kernel"]:
+            assert row["mma_sync"] and not row["wgmma"], row
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_register_spills(compiled, arch):
+    for row in compiled:
+        if row["arch"] == arch:
+            assert row["spill_stores"] == 0 and row["spill_loads"] == 0, row
+            assert row["regs"] <= 255, row
+
+
+if __name__ == "__main__":
+    print(json.dumps(_compile_all()))
