@@ -81,9 +81,17 @@ def _device_words() -> str:
         return f"device query failed: {type(exc).__name__}"
 
 
+_warned = False
+
+
 @functools.lru_cache(maxsize=1)
 def emulated_is_sm120_supported(*_args, **_kwargs) -> bool:
-    # lru_cache: runs (and warns) once per process, and keeps the cache_clear() of the original.
+    # lru_cache keeps the original's cache_clear(); the flag keeps the warning to one per process
+    # even where torch.compile traces through the cache (the first call is at import time).
+    global _warned
+    if _warned:
+        return True
+    _warned = True
     say(f"WARNING {EMULATE_ENV}=1: TEST ONLY -- sm_120 branches forced on {_device_words()}: "
         "is_sm120_supported() returns True in every sglang module (Marlin MXFP4 MoE, the sm_120 "
         "sparse-decode dispatcher, the sm_120 indexer, Triton FP8 GEMMs); this is not a Blackwell run")
