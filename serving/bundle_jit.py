@@ -34,15 +34,21 @@ WORK = REPO / "build" / "jit-prebuild"
 # The modules the DeepSeek-V4 server's sm_120 branches build on first use whose template arguments do not depend
 # on the model's shapes: (python module, builder function, argument expressions). Marlin MXFP4 MoE (its GEMM,
 # the weight repack at load, the activation between the GEMMs) is the one that costs minutes. Modules with shape
-# arguments, and those of sglang.jit_kernel.dsv4.attn / .moe (they import sglang.srt's model stack, down to
-# transformers' torchvision image utils, which this CPU process cannot load), compile on first use there, ~10 s each.
+# arguments compile on first use there, ~10-20 s each.
 MODULES = [
     ("sglang.jit_kernel.moe_wna16_marlin", "_jit_moe_wna16_marlin_module", ["torch.bfloat16"]),
     ("sglang.jit_kernel.gptq_marlin_repack", "_jit_gptq_marlin_repack_module", []),
     ("sglang.jit_kernel.activation", "_jit_activation_module", ["torch.bfloat16"]),
+    ("sglang.jit_kernel.dsv4.attn", "_jit_metadata_module", []),
+    ("sglang.jit_kernel.dsv4.moe", "_jit_mask_topk_module", []),
+    ("sglang.jit_kernel.dsv4.moe", "_jit_hash_topk_module", []),
     ("sglang.jit_kernel.dsv4.compress", "_jit_compress_plan_module", []),
     ("sglang.jit_kernel.dsv4.elementwise", "_jit_fused_rope_module", []),
 ]
+# sglang/jit_kernel/dsv4/__init__.py imports dsv4/gemm.py, which imports sglang.srt.layers.deep_gemm_wrapper and
+# with it the model stack (down to transformers' torchvision image utils) that this CPU process cannot load. The
+# compiling process registers that package without running its __init__; the kernel modules themselves load as is.
+PACKAGES_WITHOUT_INIT = ["sglang.jit_kernel.dsv4"]
 
 # What the GPU box's image has (KINDS.md) but the test venv lacks, and importing the jit modules needs.
 PREBUILD_EXTRA = ["psutil==7.2.2", "pillow==13.0.0", "anyio==4.16.0", "aiohttp==3.14.5", "aiohappyeyeballs==2.7.1",
@@ -56,8 +62,14 @@ def decode_jpeg(*a, **k):
     raise RuntimeError("torchvision placeholder of the JIT prebuild process")
 tvio.decode_jpeg, tv.io = decode_jpeg, tvio
 sys.modules.update({"torchvision": tv, "torchvision.io": tvio})
+import importlib.util
 import torch
 from sglang.jit_kernel.utils import override_jit_cuda_arch
+for pkg in json.loads(sys.argv[3]):
+    spec = importlib.util.find_spec(pkg)
+    shell = types.ModuleType(pkg)
+    shell.__spec__, shell.__path__, shell.__package__ = spec, list(spec.submodule_search_locations), pkg
+    sys.modules[pkg] = shell
 major, minor = map(int, sys.argv[1].split("."))
 for module, func, args in json.loads(sys.argv[2]):
     label = f"{module.rsplit('.', 1)[-1]}.{func}({', '.join(args)})"
@@ -142,8 +154,8 @@ def run(args) -> int:
            "TVM_FFI_CACHE_DIR": str(out), "CUDA_HOME": cuda_home, "PYTHONUNBUFFERED": "1"}
     say(f"arch {args.arch}, cache {out}, CUDA_HOME {cuda_home}, {len(MODULES)} module(s)")
     t0 = time.time()
-    proc = subprocess.Popen([str(python), "-c", _DRIVER, args.arch, json.dumps(MODULES)], env=env, cwd=str(WORK),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [str(python), "-c", _DRIVER, args.arch, json.dumps(MODULES), json.dumps(PACKAGES_WITHOUT_INIT)]
+    proc = subprocess.Popen(argv, env=env, cwd=str(WORK), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     results = []
     for line in proc.stdout:                    # one line per module as it finishes: a cold Marlin takes minutes
         if line.startswith("RESULT "):
