@@ -198,6 +198,11 @@ def main() -> None:
     ap.add_argument("--with-experiments", action="store_true",
                     help="also time the variants of every bench/experiments/mma_decode_*.py module "
                          "that defines EXPERIMENT_VARIANTS and mma_sparse_decode")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "
+                         "(default split rule) with its error against float64")
+    ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
+    ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -221,15 +226,30 @@ def main() -> None:
         64: make_pool(32768, 64, gen),  # 1.2 GB
     }
 
-    shapes = [Shape(B, H, 128, 512) for H in (64, 16, 128) for B in (1, 4, 16, 64, 128)]
-    shapes += [Shape(B, 64, 2048, 0) for B in (1, 16, 64, 128)]
+    heads = [int(h) for h in args.heads.split(",") if h]
+    topk_heads = [int(h) for h in args.topk_heads.split(",") if h]
+    configs = [c for c in args.configs.split(",") if c]
+    shapes = [Shape(B, H, 128, 512) for H in heads for B in (1, 4, 16, 64, 128)]
+    shapes += [Shape(B, H, 2048, 0) for H in topk_heads for B in (1, 16, 64, 128)]
 
     rows = []
     for s in shapes:
         inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
         row = {"shape": s.name, "H": s.H, "B": s.B, "topk": s.topk, "extra_topk": s.extra_topk}
         row["floor_us"] = s.kv_bytes() / bw * 1e6
+        ref = reference_f64(inp, 0)
+        row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
         row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
+        for name in configs:
+            def call(i, name=name):
+                a = inp.args(i)
+                return mma.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=name)
+            try:
+                row[f"cfg_{name}_err"] = rel_err(call(0)[0], ref)
+                row[f"cfg_{name}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
+            except Exception as exc:  # report, keep benchmarking the rest
+                row[f"cfg_{name}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"{name} failed:", row[f"cfg_{name}_fail"])
         if experiments:
             time_experiments(experiments, mma, inp, row)
         if upstream is not None:
@@ -247,13 +267,15 @@ def main() -> None:
                                extra_topk_length=a[9], use_legacy=True)
 
             try:
+                row["flashmla_err"] = rel_err(fm(0)[0], ref)
                 row["flashmla_us"] = graph_time_us([lambda i=i: fm(i) for i in range(ROTATE)])
             except Exception as exc:
                 row["flashmla_err"] = f"{type(exc).__name__}: {exc}"[:200]
                 print("flashmla failed:", row["flashmla_err"])
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del inp
+        del inp, ref
+        torch.cuda.empty_cache()
 
     sweep = []
     if args.sweep:
@@ -282,9 +304,53 @@ def main() -> None:
 
     (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
     print_table(rows, bw)
+    if configs:
+        print_config_table(rows, configs)
     if experiments:
         print_experiment_table(rows, list(experiments))
     plot(rows, out_dir / "bench_mma_decode.png")
+
+
+def reference_f64(inp: "Inputs", i: int) -> torch.Tensor:
+    """float64 output [B, 1, H, 512] of input set i, from the pool bytes (every index valid, full
+    lengths): the error columns are measured against it, sink included."""
+    q, _, idx, _, sink, _, scale, _, eidx, _ = inp.args(i)
+    s = inp.shape
+
+    def gather(pool, p, ind):
+        ind = ind.reshape(s.B, -1).long()
+        page, off = ind // p, ind % p
+        flat = pool.reshape(-1)
+        body = flat[(page * pool.shape[1] + off * 576)[..., None] + torch.arange(576, device=pool.device)]
+        nope = body[..., :448].contiguous().view(torch.float8_e4m3fn).double()
+        rope = body[..., 448:].contiguous().view(torch.bfloat16).double()
+        exps = flat[(page * pool.shape[1] + p * 576 + off * 8)[..., None] + torch.arange(7, device=pool.device)]
+        nope = (nope.view(*nope.shape[:-1], 7, 64) * torch.pow(2.0, exps.double() - 127.0)[..., None]).flatten(-2)
+        return torch.cat([nope, rope], -1)
+
+    kv = gather(inp.pool, s.page, idx)
+    if s.extra_topk:
+        kv = torch.cat([kv, gather(inp.extra_pool, s.extra_page, eidx)], 1)
+    scores = torch.einsum("bhd,btd->bht", q[:, 0].double(), kv) * scale
+    lse = torch.logaddexp(torch.logsumexp(scores, -1), sink.double()[None, :])
+    return torch.einsum("bht,btd->bhd", torch.exp(scores - lse[..., None]), kv)[:, None]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| over the whole output."""
+    return ((out.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+
+
+def print_config_table(rows, names):
+    print()
+    print("| shape | HBM floor (us) | shipped (us) | " + " | ".join(f"{n} (us)" for n in names)
+          + " | FlashMLA SM90 (us) | rel. error vs float64: shipped / " + " / ".join(names) + " / FlashMLA |")
+    print("|---|---:|---:|" + "---:|" * len(names) + "---:|---|")
+    for r in rows:
+        errs = [r.get("mma_err")] + [r.get(f"cfg_{n}_err") for n in names] + [r.get("flashmla_err")]
+        print(f"| {r['shape']} | {fmt(r['floor_us'], 2)} | {fmt(r['mma_us'])} | "
+              + " | ".join(fmt(r.get(f"cfg_{n}_us")) for n in names)
+              + f" | {fmt(r.get('flashmla_us'))} | " + " / ".join("-" if e is None else f"{e:.1e}" for e in errs) + " |")
 
 
 def time_experiments(experiments, mma, inp, row):
@@ -355,7 +421,7 @@ def plot(rows, path):
         print("no plot:", exc)
         return
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
-    for H, style in ((64, "o-"), (16, "s-"), (128, "^-")):
+    for H, style in ((64, "o-"), (16, "s-"), (8, "v-"), (128, "^-")):
         rs = [r for r in rows if r["H"] == H and r["extra_topk"]]
         bs = [r["B"] for r in rs]
         ax[0].plot(bs, [r["mma_us"] for r in rs], style, label=f"ours H={H}")

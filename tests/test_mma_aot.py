@@ -82,15 +82,25 @@ def ptxas_report(ptx: str, arch: int) -> dict:
     }
 
 
+def gluon_constexprs(config: tuple, split: bool) -> dict:
+    """The Gluon decode kernel's constexprs in the production specialisation."""
+    block_t, stages, warps, q_smem, bits = config
+    return dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=split,
+                POW2_PAGES=True, BLOCK_T=block_t, STAGES=stages, NUM_WARPS=warps, Q_SMEM=q_smem, BITS=bits)
+
+
 def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
-    """triton.compile for `arch` with every pointer and the `div16` arguments marked 16-divisible."""
+    """triton.compile for `arch` with every pointer and the `div16` arguments marked 16-divisible
+    (a Gluon kernel through GluonASTSource: same signature, explicit layouts)."""
     import triton
     from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
     names = fn.arg_names
     pointers = [k for k, v in signature.items() if v.startswith("*")]
     attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in pointers + [d for d in div16 if d in signature]}
-    src = triton.compiler.ASTSource(
+    source_cls = GluonASTSource if isinstance(fn, GluonJITFunction) else triton.compiler.ASTSource
+    src = source_cls(
         fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
     )
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
@@ -116,6 +126,12 @@ def _compile_all() -> list[dict]:
                     const = {**decode_constexprs(bh, bt, split), **over}
                     info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, warps, stages, arch)
                     rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}{suffix}", **info})
+        for name, cfg in mod.GLUON_CONFIGS.items():
+            for split in (False, True):
+                for suffix, over in CACHE_VARIANTS.items():
+                    const = {**gluon_constexprs(cfg, split), **over}
+                    info = build(mod._gluon_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, cfg[2], 1, arch)
+                    rows.append({"arch": arch, "kernel": f"gluon/{name}/split={split}{suffix}", **info})
         # Both combine shapes combine_launch picks: few rows (all splits at once), many rows.
         for label, (batch, heads, splits) in {"combine/few-rows": (1, 64, 40), "combine/many-rows": (16, 64, 4)}.items():
             _, cbh, cbd, at_once, cwarps = mod.combine_launch(batch, heads, splits)
@@ -141,7 +157,7 @@ def test_every_config_compiles_for_both_archs(compiled):
     from upstream import extract_functions
 
     # The config table, read without importing the module (no GPU, no interpreter).
-    ns = extract_functions(OVERLAY, ["MMA_CONFIGS"], {})
+    ns = extract_functions(OVERLAY, ["MMA_CONFIGS", "GLUON_CONFIGS"], {})
     kinds = {(r["arch"], r["kernel"]) for r in compiled}
     for arch in ARCHS:
         assert (arch, "combine/few-rows") in kinds and (arch, "combine/many-rows") in kinds
@@ -149,6 +165,10 @@ def test_every_config_compiles_for_both_archs(compiled):
             for split in (False, True):
                 for suffix in CACHE_VARIANTS:
                     assert (arch, f"decode/{name}/split={split}{suffix}") in kinds
+        for name in ns["GLUON_CONFIGS"]:
+            for split in (False, True):
+                for suffix in CACHE_VARIANTS:
+                    assert (arch, f"gluon/{name}/split={split}{suffix}") in kinds
 
 
 def test_sm120_shared_memory_fits(compiled):

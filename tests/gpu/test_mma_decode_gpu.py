@@ -78,6 +78,35 @@ def test_full_shapes(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, 
     _check(case, out, lse, oracle)
 
 
+# Every Gluon config at the shapes it may serve (8 / 16 heads, 64 in head groups of 16), split and
+# unsplit, both caches and one, the c128 pool (page 2), sink +-inf and none: Gluon has no CPU
+# interpreter, so this is its numerics check (tests/test_mma_aot.py checks that it compiles).
+GLUON_SHAPES = [
+    pytest.param(16, 8, 128, 512, 256, 64, "random", id="h8-b16"),
+    pytest.param(64, 16, 128, 512, 256, 64, "inf", id="h16-b64-sink-inf"),
+    pytest.param(5, 64, 128, 512, 256, 64, "random", id="h64-b5"),
+    pytest.param(8, 16, 128, 1024, 256, 2, "random", id="h16-c128-pool"),
+    pytest.param(32, 8, 2048, 0, 64, 64, "none", id="h8-b32-topk2048-p64"),
+]
+
+
+@pytest.mark.parametrize("B,H,topk,extra_topk,page,extra_page,sink_mode", GLUON_SHAPES)
+def test_gluon_configs(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, extra_page, sink_mode):
+    case = make_case(B, H, topk, page_size=page, extra_topk=extra_topk, extra_page_size=extra_page,
+                     seed=B + H + topk + 1, device="cuda", sink_mode=sink_mode, num_pages=64,
+                     invalid_frac=0.15)
+    kw = case.kwargs()
+    args = [kw[k] for k in ("q", "k_cache", "indices", "topk_length", "attn_sink", "softmax_scale",
+                            "extra_k_cache", "extra_indices", "extra_topk_length")]
+    assert mma.GLUON_CONFIGS
+    for name in mma.GLUON_CONFIGS:
+        for splits in (None, 3):
+            out, lse = mma.mma_sparse_decode(*args, config=name, num_splits=splits)
+            torch.cuda.synchronize()
+            assert out.shape == (B, 1, H, 512) and lse.shape == (B, H, 1)
+            _check(case, out, lse, oracle)
+
+
 def test_graph_capture_from_cold_start():
     """First call of the op happens inside torch.cuda.graph, in a fresh process with an empty
     Triton cache; replays with new q / indices / lengths match float64."""
