@@ -126,16 +126,17 @@ test-serve:
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
 # GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).
-# JIT_CACHE: a tvm-ffi cache to carry (default: build/jit-cache when `make prebuild-jit` made one).
+# JIT_CACHE: tvm-ffi caches to carry (default: build/jit-cache, a cache back from a GPU run, and build/jit-cache-<arch>
+# from `make prebuild-jit`, where they exist; modules of another arch are left out).
 BUNDLE_OUT ?= build/bundle
 GPU_CC     ?= 90
-JIT_CACHE  ?= $(wildcard build/jit-cache)
-JIT_ARCH   ?= 9.0
+JIT_ARCH   := $(shell echo $(GPU_CC) | sed 's/\(.\)$$/.\1/')
+JIT_CACHE  ?= $(wildcard build/jit-cache build/jit-cache-$(JIT_ARCH))
 
 .PHONY: bundle prebuild-jit
 
 bundle:
-	$(PYTHON) -m serving.bundle build --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(if $(JIT_CACHE),--jit-cache $(JIT_CACHE))
+	$(PYTHON) -m serving.bundle build --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
 
 prebuild-jit: $(VENV)/.installed
-	$(PYTHON) -m serving.bundle prebuild-jit --arch $(JIT_ARCH) --out build/jit-cache --python $(VPY)
+	$(PYTHON) -m serving.bundle prebuild-jit --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)

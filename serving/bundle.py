@@ -154,26 +154,45 @@ def _doc_line(path: Path) -> str:
     return m.group(1).strip() if m else f"stand-in module {path.name}"
 
 
-def jit_cache_members(cache: Path) -> list[Path]:
-    """The compiled modules of a tvm-ffi cache: <build dir>/<module>.so, which sglang's load_jit loads directly."""
-    cache = Path(cache)
-    if not cache.is_dir():
-        raise BundleError(f"--jit-cache {cache}: expected a tvm-ffi cache directory, found none")
-    found = [p for p in sorted(cache.glob("*/*.so")) if p.parent.name.startswith(p.stem)]
+def jit_cache_members(caches, gpu_cc: int | None = None, log=say) -> list[Path]:
+    """The compiled modules of tvm-ffi caches: <build dir>/<module>.so, which sglang's load_jit loads directly.
+
+    sglang names each build dir ..._arch_<major.minor>__tvmffi_<version>; with gpu_cc, modules built for another
+    arch are left out (the GPU machine never loads them). A build dir found in several caches is taken from the first.
+    """
+    found: dict[str, Path] = {}
+    other = 0
+    for cache in [caches] if isinstance(caches, (str, Path)) else caches:
+        cache = Path(cache)
+        if not cache.is_dir():
+            raise BundleError(f"--jit-cache {cache}: expected a tvm-ffi cache directory, found none")
+        modules = [p for p in sorted(cache.glob("*/*.so")) if p.parent.name.startswith(p.stem)]
+        if not modules:
+            raise BundleError(f"--jit-cache {cache}: expected <build dir>/<module>.so files, found none")
+        for so in modules:
+            m = re.search(r"__arch_(\d+)\.(\d+)", so.parent.name)
+            if gpu_cc is not None and m and int(m.group(1)) * 10 + int(m.group(2)) != gpu_cc:
+                other += 1
+                continue
+            found.setdefault(so.parent.name, so)
+    if other:
+        log(f"left out {other} JIT module(s) built for another arch than compute capability {gpu_cc}")
     if not found:
-        raise BundleError(f"--jit-cache {cache}: expected <build dir>/<module>.so files, found none")
-    return found
+        raise BundleError(f"--jit-cache {', '.join(map(str, [caches] if isinstance(caches, (str, Path)) else caches))}: "
+                          f"expected modules for compute capability {gpu_cc}, found only other archs")
+    return [found[name] for name in sorted(found)]
 
 
 def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Path, str]], *, gpu_cc: int,
-             python_version: str = TARGET_PYTHON, jit_cache: Path | None = None, limit_mib: float = LIMIT_MIB,
+             python_version: str = TARGET_PYTHON, jit_cache=None, limit_mib: float = LIMIT_MIB,
              stubs: Path = STUBS) -> dict:
     """Write the bundle directory `out` (replacing it only on success) and return its manifest.
 
     `wheels` are the closure as downloaded; names in SLIMMED are slimmed, the rest re-packed stored.
     """
     out = Path(out)
-    work = Path(tempfile.mkdtemp(prefix=".bundle-", dir=out.parent if out.parent.exists() else None))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".bundle-", dir=out.parent))   # beside out: the final rename stays on one disk
     try:
         staged = work / "bundle"
         payload = work / "payload"
@@ -202,8 +221,8 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
             members.append(entry(dest, f"stubs/{rel}", "stand-in: " + _doc_line(path)))
-        if jit_cache is not None:
-            for so in jit_cache_members(jit_cache):
+        if jit_cache:
+            for so in jit_cache_members(jit_cache, gpu_cc):
                 rel = f"{so.parent.name}/{so.name}"
                 dest = payload / "jit-cache" / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -238,11 +257,11 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
         shutil.rmtree(work, ignore_errors=True)
 
 
-def build(out: Path, jit_cache: Path | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
+def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
           downloads: Path = DOWNLOADS) -> int:
     reqs = read_requirements()
-    if jit_cache is not None:
-        jit_cache_members(jit_cache)          # a wrong --jit-cache fails before any download
+    if jit_cache:
+        jit_cache_members(jit_cache, gpu_cc, log=lambda *_: None)   # a wrong --jit-cache fails before any download
     artifacts = pinned_artifacts()
     wheels_dir = downloads / f"cp{python_version.replace('.', '')}"
     wheels_dir.mkdir(parents=True, exist_ok=True)
@@ -362,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the offline bundle (needs the package index)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    b.add_argument("--jit-cache", type=Path, help="a tvm-ffi cache (prebuild-jit --out, or ~/.cache/tvm-ffi from a GPU run)")
+    b.add_argument("--jit-cache", type=Path, action="append", metavar="DIR",
+                   help="a tvm-ffi cache (prebuild-jit --out, or ~/.cache/tvm-ffi from a GPU run); repeatable")
     b.add_argument("--gpu-cc", type=int, default=90,
                    help="compute capability of the GPU machine: 90 keeps sgl_kernel's sm90 ops (H100/H200), any other "
                         "value its sm100 ops (what sgl_kernel loads on sm_100 / sm_120); default 90")

@@ -90,7 +90,7 @@ def say(msg: str) -> None:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--arch", default="9.0", help="CUDA arch as sglang names it (major.minor): 9.0 for H100/H200, 12.0 for sm_120")
-    parser.add_argument("--out", type=Path, default=REPO / "build" / "jit-cache", help="the tvm-ffi cache to fill")
+    parser.add_argument("--out", type=Path, help="the tvm-ffi cache to fill (default: build/jit-cache-ARCH)")
     parser.add_argument("--python", type=Path, default=REPO / ".venv" / "bin" / "python",
                         help="a Python with torch and apache-tvm-ffi (default: the test venv)")
     parser.add_argument("--log", type=Path, help="also write the results table here")
@@ -147,7 +147,7 @@ def run(args) -> int:
         say(f"error: expected a Python with torch and apache-tvm-ffi at {python} (make .venv/.installed), found none")
         return 1
     tree, deps = prepare(python)
-    out = Path(args.out).resolve()
+    out = Path(args.out or REPO / "build" / f"jit-cache-{args.arch}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     cuda_home = _cuda_home()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(deps), str(REPO / "serving" / "bundle_stubs")]),

@@ -201,11 +201,22 @@ def test_jit_cache_is_carried_as_its_module_files_only(tmp_path, kernel_wheel, t
     (build_dir / "sgl_kernel_jit_x_0123.so").write_bytes(b"\x7fELF jit")
     (build_dir / "cuda_0.o").write_bytes(b"object file")
     (build_dir / "build.ninja").write_text("rule")
-    _, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, jit_cache=cache)
+    _, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, jit_cache=[cache])
     jit = [m["path"] for m in manifest["payload"] if m["path"].startswith("jit-cache/")]
     assert jit == [f"jit-cache/{build_dir.name}/sgl_kernel_jit_x_0123.so"]
     with pytest.raises(BundleError, match="expected <build dir>/<module>.so files, found none"):
         bundle.jit_cache_members(tmp_path / "dl")
+    with pytest.raises(BundleError, match="expected modules for compute capability 120, found only other archs"):
+        build_standin(tmp_path, kernel_wheel, tiny_wheel, jit_cache=[cache], gpu_cc=120)
+    # Several caches merge; a module of another arch is left out; the first cache wins for a module in both.
+    other = tmp_path / "from-gpu-run"
+    for name, data in [(build_dir.name, b"second copy"), ("sgl_kernel_jit_z_89__arch_9.0__tvmffi_0.1.15.post2", b"z"),
+                       ("sgl_kernel_jit_w_77__arch_12.0__tvmffi_0.1.15.post2", b"w")]:
+        (other / name).mkdir(parents=True)
+        (other / name / (name.split("__")[0] + ".so")).write_bytes(data)
+    members = bundle.jit_cache_members([cache, other], 90, log=lambda *_: None)
+    assert [p.parent.name for p in members] == [build_dir.name, "sgl_kernel_jit_z_89__arch_9.0__tvmffi_0.1.15.post2"]
+    assert members[0].read_bytes() == b"\x7fELF jit"
 
 
 # ---- install -------------------------------------------------------------------------------------------------------
@@ -269,12 +280,12 @@ def test_install_makes_pinned_and_patched_trees_from_the_bundle_alone(tmp_path, 
     lock = load_lock(REPO / "pin.lock")
     artifacts = [(pristine_wheel(name).wheel, f"pinned {name}") for name in lock.upstreams]
     cache = tmp_path / "cache"
-    built = cache / "sgl_kernel_jit_x_0123__arch_9.0__tvmffi_0.1.15.post2"
+    built = cache / "sgl_kernel_jit_x_0123__arch_12.0__tvmffi_0.1.15.post2"
     built.mkdir(parents=True)
     (built / "sgl_kernel_jit_x_0123.so").write_bytes(b"prebuilt")
-    out, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, artifacts=artifacts, gpu_cc=120, jit_cache=cache)
+    out, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, artifacts=artifacts, gpu_cc=120, jit_cache=[cache])
     site = tmp_path / "site"
-    mine = site / "jit-cache" / "sgl_kernel_jit_y_4567__arch_9.0__tvmffi_0.1.15.post2" / "sgl_kernel_jit_y_4567.so"
+    mine = site / "jit-cache" / "sgl_kernel_jit_y_4567__arch_12.0__tvmffi_0.1.15.post2" / "sgl_kernel_jit_y_4567.so"
     mine.parent.mkdir(parents=True)
     mine.write_bytes(b"built on the machine")
     monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "no-cache-here"))   # only the bundle may serve artifacts
