@@ -119,7 +119,8 @@ VERSION_PROBE = r"""
 import json, os, sys, torch, triton
 out = {"python": sys.version.split()[0], "torch": torch.__version__, "triton": triton.__version__,
        "cuda": torch.version.cuda, "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-       if torch.cuda.is_available() else []}
+       if torch.cuda.is_available() else [],
+       "cc": list(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None}
 for mod, rel in (("sglang", "sglang/version.py"), ("flashinfer", "flashinfer/_build_meta.py")):
     for entry in sys.path:
         path = os.path.join(entry, rel)
@@ -272,6 +273,10 @@ def run_tree(args, tree: str, model_dir: Path, site_root: Path | None, out_dir: 
     say(f"[{tree}] versions probe")
     record["versions"] = versions(launch)
     say(f"[{tree}] {json.dumps(record['versions'])}")
+    cc = record["versions"].get("cc")
+    if cc and cc[0] != 12 and {**os.environ, **launch.env}.get("OVERLAY_EMULATE_SM120") != "1":
+        say(f"[{tree}] WARNING: this GPU is sm_{cc[0]}{cc[1]} and OVERLAY_EMULATE_SM120=1 is not set: the server "
+            "takes its FlashMLA/DeepGEMM path, not the sm_120 code the patches change")
     if not smoke.port_is_free("127.0.0.1", args.port):
         record["error"] = f"port {args.port} is busy"
         say(f"[{tree}] FAIL: port {args.port} on 127.0.0.1 is busy; pass --port")
