@@ -247,6 +247,10 @@ def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.
     # sglang/flashinfer come from the bundle's pinned wheels (its manifest); the machine brings torch/triton.
     pins = {k: v for k, v in pinned_versions(load_lock(REPO / "pin.lock")).items() if k in ("torch", "triton")}
     problems = verdict(facts, pins, Path(python), want_tree=tree, environ=environ)
+    for p in problems:   # the fix for a bundle tree is a reinstall, not make install
+        if p.text.startswith("patches are "):
+            p.text = (f"patches are {facts.patch_state} in {facts.site}: reinstall the bundle "
+                      f"(python3 -m serving.bundle install BUNDLE --into {site_root})")
     blocking = [p for p in problems if p.blocking]
     if blocking:
         log(f"doctor: {blocking[0].text}")

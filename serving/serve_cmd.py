@@ -236,7 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.serve_cmd", description=__doc__.split("\n")[1])
     add_arguments(parser)
     parser.add_argument("--print-only", action="store_true", help="print the command, do not run it")
+    parser.add_argument("--install-only", action="store_true",
+                        help="with --bundle: install it (if needed) and run the gate, then stop")
     args = parser.parse_args(argv)
+    if args.install_only:
+        if not args.bundle:
+            parser.error("--install-only needs --bundle")
+        rc, site = bundle_gate(args)
+        print(f"serve_cmd: {'ready: ' + str(site) if rc == 0 else 'not ready'} (tree {args.tree})")
+        return rc
     site = None
     if args.bundle and args.print_only:
         # No install and no gate: an installed SITE_ROOT given directly, or the default one.
