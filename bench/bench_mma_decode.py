@@ -200,7 +200,8 @@ def main() -> None:
                          "that defines EXPERIMENT_VARIANTS and mma_sparse_decode")
     ap.add_argument("--configs", default="",
                     help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "
-                         "(default split rule) with its error against float64")
+                         "(default split rule) with its error against float64; '<gluon name>@<KB>' adds KB "
+                         "of unused shared memory per program (sm_120 occupancy on the H200)")
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
     args = ap.parse_args()
@@ -241,9 +242,9 @@ def main() -> None:
         row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
         row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
         for name in configs:
-            def call(i, name=name):
+            def call(i, cfg=config_spec(mma, name)):
                 a = inp.args(i)
-                return mma.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=name)
+                return mma.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=cfg)
             try:
                 row[f"cfg_{name}_err"] = rel_err(call(0)[0], ref)
                 row[f"cfg_{name}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
@@ -309,6 +310,14 @@ def main() -> None:
     if experiments:
         print_experiment_table(rows, list(experiments))
     plot(rows, out_dir / "bench_mma_decode.png")
+
+
+def config_spec(mma, spec: str):
+    """A --configs entry: a config name, or "<Gluon config>@<KB>" = that config with KB of unused
+    shared memory per program (a power of two), to hold the H200 (228 KB per SM) to sm_120's programs
+    per SM (99 KB)."""
+    name, _, pad_kb = spec.partition("@")
+    return tuple(mma.GLUON_CONFIGS[name]) + (int(pad_kb) * 1024,) if pad_kb else name
 
 
 def reference_f64(inp: "Inputs", i: int) -> torch.Tensor:
@@ -423,6 +432,8 @@ def plot(rows, path):
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
     for H, style in ((64, "o-"), (16, "s-"), (8, "v-"), (128, "^-")):
         rs = [r for r in rows if r["H"] == H and r["extra_topk"]]
+        if not rs:
+            continue
         bs = [r["B"] for r in rs]
         ax[0].plot(bs, [r["mma_us"] for r in rs], style, label=f"ours H={H}")
         if H == 64:

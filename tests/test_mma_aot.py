@@ -84,9 +84,10 @@ def ptxas_report(ptx: str, arch: int) -> dict:
 
 def gluon_constexprs(config: tuple, split: bool) -> dict:
     """The Gluon decode kernel's constexprs in the production specialisation."""
-    block_t, stages, warps, q_smem, bits = config
+    block_t, stages, warps, q_smem, bits, dq = config
     return dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=split,
-                POW2_PAGES=True, BLOCK_T=block_t, STAGES=stages, NUM_WARPS=warps, Q_SMEM=q_smem, BITS=bits)
+                POW2_PAGES=True, BLOCK_T=block_t, STAGES=stages, NUM_WARPS=warps, Q_SMEM=q_smem, BITS=bits,
+                DQ=dq, PAD=0)
 
 
 def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):

@@ -140,6 +140,18 @@ def test_every_shipped_config_matches_oracle(mma, oracle, poisoned_empty, config
         _check(out, lse, case, oracle)
 
 
+def test_dispatch_gluon_for_few_heads_many_rows(mma, oracle):
+    """pick_config sends <= 16 heads with >= 16 rows to the Gluon kernel and everything else to a
+    Triton config; under the CPU interpreter (no Gluon interpreter) such a shape runs on Triton."""
+    assert mma.pick_config(16, 16) == mma.pick_config(8, 128) == mma.GLUON_CONFIG
+    assert mma.GLUON_CONFIG in mma.GLUON_CONFIGS
+    for heads, batch in ((16, 15), (8, 1), (64, 16), (64, 128), (32, 64)):
+        assert mma.pick_config(heads, batch) == mma.pick_triton_config(heads, batch) in mma.MMA_CONFIGS
+    case = make_case(16, 8, 32, extra_topk=32, seed=71, sink_mode="random")
+    out, lse = _run(mma, case)
+    _check(out, lse, case, oracle)
+
+
 def _spread_scales(pool, page_size, gen, lo=112, hi=127):
     """Rewrite the UE8M0 exponents of every token and column group to random values in [lo, hi]."""
     foot = pool[:, page_size * TOKEN_STRIDE : page_size * (TOKEN_STRIDE + SCALE_STRIDE)]

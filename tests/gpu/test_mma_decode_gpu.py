@@ -107,20 +107,22 @@ def test_gluon_configs(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page
             _check(case, out, lse, oracle)
 
 
-def test_graph_capture_from_cold_start():
+@pytest.mark.parametrize("heads", [64, 16], ids=["h64-triton", "h16-gluon"])
+def test_graph_capture_from_cold_start(heads):
     """First call of the op happens inside torch.cuda.graph, in a fresh process with an empty
-    Triton cache; replays with new q / indices / lengths match float64."""
+    Triton cache; replays with new q / indices / lengths match float64. 24 rows: 64 heads take a
+    Triton config, 16 heads the Gluon one (pick_config)."""
     env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton_cold_"))
-    proc = subprocess.run([sys.executable, __file__, "cold-graph"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, __file__, "cold-graph", str(heads)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     errs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(errs) == 3 and all(e < REL_TOL for e in errs), errs
 
 
-def _cold_graph_main():
+def _cold_graph_main(heads: int):
     mma = load_module(OVERLAY, "flash_mla_sm120_mma_cold")
-    cases = [make_case(24, 64, 128, extra_topk=512, seed=s, device="cuda", num_pages=32) for s in range(3)]
+    cases = [make_case(24, heads, 128, extra_topk=512, seed=s, device="cuda", num_pages=32) for s in range(3)]
     static = cases[0].kwargs()
     static = {k: (v.clone() if isinstance(v, torch.Tensor) and k not in ("k_cache", "extra_k_cache") else v)
               for k, v in static.items()}
@@ -167,4 +169,4 @@ def test_torch_compile_fullgraph(mma):
 
 if __name__ == "__main__":
     if sys.argv[1] == "cold-graph":
-        _cold_graph_main()
+        _cold_graph_main(int(sys.argv[2]))

@@ -454,6 +454,23 @@ def _g_k(raw, BITS: gl.constexpr):
 
 
 @gluon.jit
+def _g_kop(nope, kbf_s, G: gl.constexpr, BLOCK_T: gl.constexpr, B_OP: gl.constexpr, BITS: gl.constexpr,
+           DQ: gl.constexpr, TRANS: gl.constexpr):
+    """Column group G of the tile as an MMA B operand: [64, T] (TRANS, for QK) or [T, 64] (PV), from
+    the bf16 copy (DQ) or straight from the fp8 bytes."""
+    if DQ:
+        src = kbf_s.slice(G * BLOCK_T, BLOCK_T)
+        if TRANS:
+            src = src.permute((1, 0))
+        return src.load(B_OP)
+    else:
+        src = nope.slice(G * BLOCK_T, BLOCK_T)
+        if TRANS:
+            src = src.permute((1, 0))
+        return _g_k(src.load(B_OP), BITS)
+
+
+@gluon.jit
 def _g_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride,
                HAS_EXTRA: gl.constexpr):
     in_range = pos < end
@@ -554,7 +571,7 @@ def _gluon_sparse_decode_kernel(
     HAS_MAIN_LEN: gl.constexpr, HAS_EXTRA: gl.constexpr, HAS_EXTRA_LEN: gl.constexpr, HAS_SINK: gl.constexpr,
     SPLIT: gl.constexpr, POW2_PAGES: gl.constexpr,
     BLOCK_T: gl.constexpr, STAGES: gl.constexpr, NUM_WARPS: gl.constexpr, Q_SMEM: gl.constexpr,
-    BITS: gl.constexpr,
+    BITS: gl.constexpr, DQ: gl.constexpr, PAD: gl.constexpr,
 ):
     BLOCK_H: gl.constexpr = 16
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NUM_WARPS], instr_shape=[16, 8])
@@ -610,6 +627,21 @@ def _gluon_sparse_decode_kernel(
                                        gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]))
     sc_s = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_T],
                                      gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
+    if DQ:
+        # One dequantised bf16 copy of the tile's 7 fp8 groups (slot 7 unused), read by both MMAs
+        # through ldmatrix: a byte-wise gather of each operand costs ~4x the shared-memory instructions.
+        kbf_s = gl.allocate_shared_memory(gl.bfloat16, [8 * BLOCK_T, 64],
+                                          gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]))
+    else:
+        kbf_s = 0
+    DQ_L: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [NUM_WARPS, 1], [1, 0])
+    PAD_L: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    if PAD > 0:
+        # Benchmark-only: unused shared memory that limits programs per SM (an sm_120 occupancy proxy).
+        pad_s = gl.allocate_shared_memory(gl.float32, [PAD // 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        pad_s.slice(0, 128).store(gl.zeros([128], gl.float32, PAD_L))
+    else:
+        pad_s = 0
 
     # Prologue: tiles 0 .. STAGES-2 in flight; indices of tile STAGES-1 in registers.
     tok = gl.arange(0, BLOCK_T, layout=TOK)
@@ -655,10 +687,13 @@ def _gluon_sparse_decode_kernel(
         sc = sc_s.index(st).load(COLS)
         sc_lo = sc.to(gl.int32)
         sc_hi = (sc >> 32).to(gl.int32)
+        if DQ:
+            for g in gl.static_range(7):
+                kbf_s.slice(g * BLOCK_T, BLOCK_T).store(_g_k(nope.slice(g * BLOCK_T, BLOCK_T).load(DQ_L), BITS))
         # QK: per column group an unscaled fp8 -> bf16 MMA, the UE8M0 scale applied to the [16, T] scores.
         s = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
         for g in gl.static_range(7):
-            kt = _g_k(nope.slice(g * BLOCK_T, BLOCK_T).permute((1, 0)).load(B_OP), BITS)
+            kt = _g_kop(nope, kbf_s, g, BLOCK_T, B_OP, BITS, DQ, True)
             s_g = mma_v2(_g_q(q_s, qa_ptrs, qa_mask, g, BLOCK_H, A_OP, Q_SMEM), kt, gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA))
             if g < 4:
                 e = (sc_lo >> (8 * g)) & 0xFF
@@ -698,25 +733,27 @@ def _gluon_sparse_decode_kernel(
         psc_hi = (psc >> 32).to(gl.int32)
         rope_v = rope_s.index(st).load(B_OP)
         acc7 = mma_v2(p_a, rope_v, acc7)
-        v = _g_k(nope.slice(0 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 0, BLOCK_T, B_OP, BITS, DQ, False)
         acc0 = mma_v2(p_a * _g_bf16_scale(psc_lo & 0xFF, BITS)[None, :], v, acc0)
-        v = _g_k(nope.slice(1 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 1, BLOCK_T, B_OP, BITS, DQ, False)
         acc1 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 8) & 0xFF, BITS)[None, :], v, acc1)
-        v = _g_k(nope.slice(2 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 2, BLOCK_T, B_OP, BITS, DQ, False)
         acc2 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 16) & 0xFF, BITS)[None, :], v, acc2)
-        v = _g_k(nope.slice(3 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 3, BLOCK_T, B_OP, BITS, DQ, False)
         acc3 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 24) & 0xFF, BITS)[None, :], v, acc3)
-        v = _g_k(nope.slice(4 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 4, BLOCK_T, B_OP, BITS, DQ, False)
         acc4 = mma_v2(p_a * _g_bf16_scale(psc_hi & 0xFF, BITS)[None, :], v, acc4)
-        v = _g_k(nope.slice(5 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 5, BLOCK_T, B_OP, BITS, DQ, False)
         acc5 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 8) & 0xFF, BITS)[None, :], v, acc5)
-        v = _g_k(nope.slice(6 * BLOCK_T, BLOCK_T).load(B_OP), BITS)
+        v = _g_kop(nope, kbf_s, 6, BLOCK_T, B_OP, BITS, DQ, False)
         acc6 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, BITS)[None, :], v, acc6)
     async_copy.wait_group(0)
 
     heads = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS)
     head_ok = heads < H
     l_i = gl.sum(l_part, 1)
+    if PAD > 0:
+        l_i += gl.sum(pad_s.slice(0, 128).load(PAD_L), 0)  # zeros; keeps the padding allocated
     dim = gl.arange(0, 64, layout=COLS)
     if SPLIT:
         factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
@@ -751,19 +788,18 @@ MMA_CONFIGS = {
     "h16_t64_w8": (16, 64, 8, 1),
     "h32_t32_w8": (32, 32, 8, 1),
 }
-# Gluon kernel configs (16 heads per program): (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS). Q_SMEM keeps
-# q in shared memory (else it is re-read from L1 per tile); BITS converts fp8 by bit placement on the
-# integer pipe instead of cvt. Also compiled for sm_120 and sm_90 by tests/test_mma_aot.py.
+# Gluon kernel configs (16 heads per program): (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS, DQ). Q_SMEM
+# keeps q in shared memory (else it is re-read from L1 per tile); BITS converts fp8 by bit placement on
+# the integer pipe instead of cvt; DQ dequantises each tile once into a bf16 copy for both MMAs. Also compiled for sm_120 and sm_90 by tests/test_mma_aot.py.
 GLUON_CONFIGS = {
-    "g32s2": (32, 2, 4, False, False),
-    "g32s2b": (32, 2, 4, False, True),
-    "g32s2q": (32, 2, 4, True, False),
-    "g64s2w8": (64, 2, 8, False, False),
+    "g32s2": (32, 2, 4, False, False, False),  # 42 KB: two programs per SM on sm_120
+    "g32s2q": (32, 2, 4, True, False, False),  # 59 KB: one on sm_120
+    "g32dqq": (32, 2, 4, True, True, True),  # 92 KB: one on sm_120
 }
 # Per config: (CTAs resident per SM, smallest list slice worth a split of its own). The Gluon
 # configs count sm_120's resident programs (two with <= 49 KB of shared memory, else one).
 SPLIT_RULES = {"h16_t16_w4": (2, 32), "h16_t64_w8": (1, 64), "h32_t32_w8": (1, 64),
-               "g32s2": (2, 64), "g32s2b": (2, 64), "g32s2q": (1, 64), "g64s2w8": (1, 64)}
+               "g32s2": (2, 64), "g32s2q": (1, 64), "g32dqq": (1, 64)}
 _DEFAULT_SPLIT_RULE = (1, 64)  # configs given as tuples (tests, benchmarks)
 # Rows x heads up to which the combine loads every split at once (see combine_launch).
 _WIDE_COMBINE_MAX_ROW_HEADS = 512
@@ -774,8 +810,19 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+# Gluon serves <= 16 heads (TP >= 4) from this many rows up: there it measured 3-17% faster than the
+# Triton configs on the H200 with one program per SM, which is what its 92 KB of shared memory gets on
+# sm_120 too (bench/results/2026-12-01-p1-gluon-run2-bench_mma_decode.txt; docs/mma_decode_notes.md).
+# Below 16 rows and at 64 heads (four 16-head programs per row) Triton stays.
+GLUON_CONFIG = "g32dqq"
+GLUON_MAX_HEADS = 16
+GLUON_MIN_BATCH = 16
+
+
 def pick_config(num_heads: int, batch: int) -> str:
-    """The config for a shape (Triton or Gluon); see pick_triton_config for the Triton rule."""
+    """The config for a shape: Gluon for few heads and many rows, else pick_triton_config's."""
+    if num_heads <= GLUON_MAX_HEADS and batch >= GLUON_MIN_BATCH:
+        return GLUON_CONFIG
     return pick_triton_config(num_heads, batch)
 
 
@@ -886,11 +933,16 @@ def mma_sparse_decode(
 
     if config is None:
         config = pick_config(H, B)
-        if config in GLUON_CONFIGS and _interpreted():
-            config = pick_triton_config(H, B)  # Gluon has no CPU interpreter
-    use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) == 5
+        # Gluon has no CPU interpreter; its path was measured and GPU-tested with power-of-two pages
+        # (every DSv4 pool) only.
+        if config in GLUON_CONFIGS and (_interpreted() or main_shift is None or extra_shift is None):
+            config = pick_triton_config(H, B)
+    use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
     if use_gluon:
-        block_t, stages, warps, q_smem, bits = GLUON_CONFIGS[config] if isinstance(config, str) else config
+        # A tuple may carry a 7th entry: benchmark-only shared-memory padding in bytes (occupancy proxy).
+        gcfg = GLUON_CONFIGS[config] if isinstance(config, str) else config
+        block_t, stages, warps, q_smem, bits, dq = gcfg[:6]
+        pad = gcfg[6] if len(gcfg) > 6 else 0
         block_h = 16
     else:
         block_h, block_t, warps, stages = MMA_CONFIGS[config] if isinstance(config, str) else config
@@ -934,6 +986,7 @@ def mma_sparse_decode(
     if use_gluon:
         _gluon_sparse_decode_kernel[(head_groups, num_splits, B)](
             *args, **flags, BLOCK_T=block_t, STAGES=stages, NUM_WARPS=warps, Q_SMEM=q_smem, BITS=bits,
+            DQ=dq, PAD=pad,
             num_warps=warps,
         )
     else:
