@@ -6,6 +6,10 @@ SGLang spawns: `mp.set_start_method("spawn")`, so each one is a fresh interprete
 sitecustomize again). It installs a meta-path finder that runs a patch function right after
 chosen sglang modules finish loading:
 
+* OVERLAY_EMULATE_SM120=narrow -- the fallback: only the three bindings of the first trial on the
+  box (NARROW: server_args, deepseek_v4_backend, the indexer) are rebound, after their modules load;
+  common.py keeps the real check, so e.g. the FP8 GEMMs stay on CUTLASS sm90.
+
 * OVERLAY_EMULATE_SM120=1 -- make SGLang take its sm_120 (RTX PRO 6000 / RTX 50xx) branches on
   another GPU (the lent H200, sm_90), to run the code the patches change. The one source of truth
   upstream is `sglang.srt.utils.common.is_sm120_supported` (an lru_cache'd capability check);
@@ -53,12 +57,17 @@ SM120_USERS = {
 }
 
 
+# OVERLAY_EMULATE_SM120=narrow: only these (the rebinding first tried on the box).
+NARROW = ("sglang.srt.server_args", "sglang.srt.layers.attention.deepseek_v4_backend",
+          "sglang.srt.layers.attention.dsv4.indexer")
+
+
 def say(msg: str) -> None:
     print(f"{TAG} {msg} (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
 def emulation_requested(environ=os.environ) -> bool:
-    return environ.get(EMULATE_ENV, "") == "1"
+    return environ.get(EMULATE_ENV, "") in ("1", "narrow")
 
 
 def sinkhorn_wanted(environ=os.environ) -> bool:
@@ -92,9 +101,11 @@ def emulated_is_sm120_supported(*_args, **_kwargs) -> bool:
     if _warned:
         return True
     _warned = True
+    where = ("in server_args, deepseek_v4_backend and the indexer only (narrow)"
+             if os.environ.get(EMULATE_ENV) == "narrow" else "in every sglang module")
     say(f"WARNING {EMULATE_ENV}=1: TEST ONLY -- sm_120 branches forced on {_device_words()}: "
-        "is_sm120_supported() returns True in every sglang module (Marlin MXFP4 MoE, the sm_120 "
-        "sparse-decode dispatcher, the sm_120 indexer, Triton FP8 GEMMs); this is not a Blackwell run")
+        f"is_sm120_supported() returns True {where} (Marlin MXFP4 MoE, the sm_120 sparse-decode "
+        "dispatcher, the sm_120 indexer, Triton FP8 GEMMs); this is not a Blackwell run")
     return True
 
 
@@ -217,8 +228,10 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
 def patches_for(environ=os.environ) -> dict:
     patches = {}
     if emulation_requested(environ):
-        patches[COMMON] = [_patch_common]
-        for name in SM120_USERS:
+        narrow = environ.get(EMULATE_ENV) == "narrow"
+        if not narrow:
+            patches[COMMON] = [_patch_common]
+        for name in (NARROW if narrow else SM120_USERS):
             patches.setdefault(name, []).append(_check_user)
         for name in SM120_ENTRY_POINTS:
             patches.setdefault(name, []).append(_trace_entry)

@@ -155,3 +155,18 @@ def test_sinkhorn_is_replaced_only_without_tilelang(sglang_deps, pristine_root, 
         assert "WARNING tilelang is not importable: sglang.srt.layers.mhc.hc_split_sinkhorn replaced" in log
     else:
         assert values["main"]["sinkhorn"] == "sglang.srt.layers.mhc"
+
+
+def test_narrow_mode_rebinds_only_the_first_trials_three(sglang_deps, pristine_root, tmp_path):
+    """OVERLAY_EMULATE_SM120=narrow: the fallback that keeps common.py (and so the FP8 GEMMs) as they are."""
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERLAY_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(HOOKS), str(pristine_root)]), OVERLAY_EMULATE_SM120="narrow")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("PROBE "))[6:])["main"]
+    assert (got["server_args"], got["backend_flag"], got["backend_name"], got["indexer"]) == (True,) * 4
+    assert (got["fp8_utils"], got["fp8_utils_flag"]) == (False, False)
+    assert "rebound to the emulated check" not in out.stderr and "(rebound late: is_sm120_supported, _is_sm120)" in out.stderr
