@@ -291,6 +291,16 @@ def run_tree(args, tree: str, model_dir: Path, site_root: Path | None, out_dir: 
         healthy = smoke.wait_healthy(base, proc, max(deadline - time.monotonic(), 1.0))
         record["startup_s"] = healthy
         say(f"[{tree}] healthy after {healthy:.1f} s (load + CUDA-graph capture)")
+        if args.api_checks:
+            # make smoke's client checks (chat + generate, stream and not) against this server, so one
+            # server start proves it answers on every API and then measures it
+            lines: list[str] = []
+            try:
+                smoke.run_checks(base, 16, lambda msg: (lines.append(msg), say(f"[{tree}] api: {msg}")))
+            except smoke.SmokeFailure as exc:      # recorded; the throughput runs still go ahead
+                lines.append(f"FAIL: {exc}")
+                say(f"[{tree}] api: FAIL: {exc}")
+            record["api_checks"] = lines
         rng = random.Random(0)
         warm = measure(base, 1, 64, 8, deadline, rng, log_path)
         say(f"[{tree}] warm-up request: {warm.get('requests_with_decode', 0)}/1 decoded")
@@ -458,6 +468,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--concurrency", type=int_list, default=[1, 16, 64])
     ap.add_argument("--prompt-len", type=int_list, default=[1024, 8192])
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--api-checks", action="store_true",
+                    help="after start-up, run make smoke's checks (chat + generate, stream and not) on each server")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--tp", type=int, default=1, help="tensor parallel size (the server's --tp-size)")
     ap.add_argument("--context", type=int, default=1 << 20, help="the server's --context-length (1M default)")
