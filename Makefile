@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 VPY    := $(VENV)/bin/python
 TARGET ?=
-TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
+# quoted: a TARGET with spaces is one argument (a single quote in it is escaped for the shell)
+TARGET_ARG := $(if $(TARGET),--target '$(subst ','\'',$(TARGET))',)
 
 .PHONY: apply status revert check test test-gpu carry bench clean help rebase rebase-continue rebase-abort pr
 

@@ -8,3 +8,7 @@ pin.lock and in the patch headers.
 
 class PatchkitError(Exception):
     """A user-facing failure: its message is one line naming what was expected and found."""
+
+
+class UsageError(PatchkitError):
+    """A command line that names no valid operation: exit status 2, like argparse's own usage errors."""

@@ -1,19 +1,21 @@
-"""The repository data a rebase may rewrite (pin.lock, patches/, overlay/): a backup and an exact restore."""
+"""The repository data a rebase may rewrite (pin.lock, patches/, overlay/): a backup and an exact restore.
+
+The backup is complete only once its manifest (every file and its sha256) is written, last. A restore
+first checks the backup against it, so a backup cut short (a killed rebase) is never taken for one.
+"""
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
+from . import PatchkitError, faults
+from .fetch import sha256_file
+from .paths import clean_relpath
 
-def snapshot(repo: Path, dest: Path) -> None:
-    dest.mkdir(parents=True)
-    shutil.copy2(repo / "pin.lock", dest / "pin.lock")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for d in ("patches", "overlay"):
-        if (repo / d).is_dir():
-            shutil.copytree(repo / d, dest / d, ignore=ignore)
-        else:
-            (dest / d).mkdir()
+MANIFEST = "MANIFEST.json"
+DATA_DIRS = ("patches", "overlay")
 
 
 def _files(root: Path) -> dict[str, Path]:
@@ -21,6 +23,58 @@ def _files(root: Path) -> dict[str, Path]:
         return {}
     return {f.relative_to(root).as_posix(): f for f in root.rglob("*")
             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"}
+
+
+def _data_files(repo: Path) -> dict[str, Path]:
+    out = {"pin.lock": repo / "pin.lock"}
+    for d in DATA_DIRS:
+        out.update({f"{d}/{rel}": f for rel, f in _files(repo / d).items()})
+    return out
+
+
+def snapshot(repo: Path, dest: Path) -> None:
+    """Copy pin.lock, patches/ and overlay/ to dest, then write the manifest that makes it a backup."""
+    dest.mkdir(parents=True)
+    for d in DATA_DIRS:
+        (dest / d).mkdir()
+    manifest = {}
+    for n, (rel, f) in enumerate(sorted(_data_files(repo).items())):
+        faults.point("backup", n)
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest / rel)
+        manifest[rel] = sha256_file(dest / rel)
+    tmp = dest / (MANIFEST + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"format": 1, "files": manifest}, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, dest / MANIFEST)
+
+
+def backup_problem(backup: Path) -> str | None:
+    """Why `backup` is not a complete backup (None when every file it lists is there, intact, and nothing else)."""
+    try:
+        data = json.loads((backup / MANIFEST).read_text())
+    except FileNotFoundError:
+        return f"{backup / MANIFEST} is missing: the backup was never finished"
+    except (OSError, ValueError) as exc:
+        return f"{backup / MANIFEST} is unreadable ({exc})"
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or "pin.lock" not in files:
+        return f"{backup / MANIFEST}: expected a 'files' table naming pin.lock, found none"
+    for rel, digest in files.items():
+        try:
+            clean_relpath(rel, f"{backup / MANIFEST}")
+        except PatchkitError as exc:
+            return str(exc)
+        if rel != "pin.lock" and rel.split("/")[0] not in DATA_DIRS:
+            return f"{backup / MANIFEST}: expected paths under {' or '.join(DATA_DIRS)}, found {rel!r}"
+        if not (backup / rel).is_file() or sha256_file(backup / rel) != digest:
+            return f"{backup / rel} is missing or differs from the manifest"
+    extra = sorted(set(_data_files(backup)) - set(files))
+    if extra:
+        return f"{backup / extra[0]} is not in the manifest"
+    return None
 
 
 def mirror(src: Path, dst: Path) -> None:
@@ -40,7 +94,11 @@ def mirror(src: Path, dst: Path) -> None:
 
 
 def restore(repo: Path, backup: Path) -> None:
+    """Put the backed-up data back byte for byte; refuses a backup that its manifest does not vouch for."""
+    problem = backup_problem(backup)
+    if problem:
+        raise PatchkitError(f"cannot restore from {backup}: {problem}")
     (repo / "pin.lock").write_bytes((backup / "pin.lock").read_bytes())
-    for d in ("patches", "overlay"):
+    for d in DATA_DIRS:
         (repo / d).mkdir(exist_ok=True)
         mirror(backup / d, repo / d)

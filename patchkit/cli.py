@@ -6,7 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, UsageError
 from .conditions import conditions_of, unreached_reasons
 from .engine import Engine
 from .export_pr import depends_on_errors
@@ -166,6 +166,9 @@ def main(repo: Path, argv=None) -> int:
     try:
         engine = Engine.from_repo(repo)
         return args.func(engine, args)
+    except UsageError as exc:
+        print(f"error: {exc} (usage: apply.py {args.command} --help)", file=sys.stderr)
+        return 2
     except PatchkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

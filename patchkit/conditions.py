@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import PatchkitError
+from .paths import clean_relpath
 
 KEYS = ("Reached-If", "Unreached-If")
 
@@ -38,6 +39,7 @@ def parse_condition(key: str, value: str, where: str = "") -> Condition:
     path, sep, pattern = value.partition(" ~ ")
     if not sep or not path.strip() or not pattern:
         raise PatchkitError(f"{where}{key}: expected '<wheel path> ~ <regex>', found '{value}'")
+    clean_relpath(path.strip(), f"{where}{key}")
     try:
         re.compile(pattern, re.M)
     except re.error as exc:

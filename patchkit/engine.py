@@ -5,18 +5,22 @@ which artifacts) and patches/<upstream>/ + overlay/ (what to change).
 """
 from __future__ import annotations
 
+import shutil
+from contextlib import nullcontext
 from pathlib import Path
 
 from . import PatchkitError
 from .chain import Chain, build_chain
 from .fetch import fetch
 from .lockfile import Lock, Upstream, load_lock
-from .pristine import Pristine, sha256_bytes
+from .lock import target_lock
+from .pristine import STAGE_PREFIX, Pristine, sha256_bytes
 from .series import Series, load_series
 from .state import (APPLIED, MODIFIED, OUTDATED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
                     UpstreamState)
-from .target import file_digest, first_unwritable, installed_version, require_directory
-from .transaction import Change, commit, journal_path, read_journal, record_written, written_by_us
+from .target import file_digest, first_unwritable, installed_version, require_directory, writable
+from .transaction import (Change, commit, journal_path, read_journal, record_written, stray_temp_files,
+                          written_by_us)
 
 
 def _quiet(*_args, **_kw):
@@ -59,7 +63,8 @@ class Engine:
     # -- state ----------------------------------------------------------------------------------
     def inspect(self, target: Path, log=_quiet) -> TargetState:
         target = require_directory(target)
-        states = []
+        journal = read_journal(target)     # first: a journal that is not a file stops everything
+        states, touched = [], []
         for name, up in self.lock.upstreams.items():
             st = UpstreamState(name, self.pin_label(up), present=(target / up.root).is_dir())
             if not st.present:
@@ -72,6 +77,7 @@ class Engine:
                 continue
             chain = self.chain(name, log)
             ours = written_by_us(target)
+            touched += list(chain.files) + [p for p in ours if p.startswith(up.root + "/")]
             files = {}
             for path, fc in chain.files.items():
                 digest = file_digest(target / path)
@@ -98,7 +104,9 @@ class Engine:
             for rel, owner in chain.series.overlay_owner.items():
                 st.overlay.append((rel, self._patch_state(owner, [rel], files)))
             states.append(st)
-        return TargetState(str(target), states, read_journal(target))
+        leftovers = stray_temp_files(target, touched) + sorted(
+            p.name for p in target.glob(STAGE_PREFIX + "*") if p.is_dir())
+        return TargetState(str(target), states, journal, leftovers)
 
     @staticmethod
     def _patch_state(index: int, paths: list[str], files: dict[str, FileState]) -> str:
@@ -152,7 +160,15 @@ class Engine:
 
     def _run(self, op: str, target: Path, to_final: bool, dry_run: bool, log) -> TargetState:
         target = require_directory(Path(target))
+        # One writer per target. A target we may not write needs no lock: _plan refuses any change to it.
+        guard = target_lock(target, op) if not dry_run and writable(target) else nullcontext()
+        with guard:
+            return self._run_locked(op, target, to_final, dry_run, log)
+
+    def _run_locked(self, op: str, target: Path, to_final: bool, dry_run: bool, log) -> TargetState:
         before, changes = self._plan(target, to_final, log)
+        if before.temp_files and not dry_run:
+            self._remove_leftovers(target, before.temp_files, log)
         if not changes:
             if before.journal is not None and not dry_run:
                 journal_path(target).unlink()
@@ -173,6 +189,14 @@ class Engine:
         log(format_state(after, before))
         return after
 
+    @staticmethod
+    def _remove_leftovers(target: Path, leftovers: list[str], log) -> None:
+        """Temp files and unpack staging directories of interrupted runs (never a user's file: only our names)."""
+        for rel in leftovers:
+            path = target / rel
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        log(f"removed {len(leftovers)} temp file(s) left by an interrupted run: {', '.join(leftovers)}")
+
     def apply(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
         return self._run("apply", target, True, dry_run, log)
 
@@ -188,12 +212,22 @@ class Engine:
         return self.build_root / "site"
 
     def prepare_default_target(self, log=print) -> Path:
+        """build/site with every pinned upstream unpacked (each all or nothing: see Pristine.unpack)."""
         site = self.default_target
         site.mkdir(parents=True, exist_ok=True)
-        for name, up in self.lock.upstreams.items():
-            if not (site / up.root).exists():
+        with target_lock(site, "unpack"):
+            stale = sorted(p.name for p in site.glob(STAGE_PREFIX + "*") if p.is_dir())
+            if stale:
+                self._remove_leftovers(site, stale, log)
+            for name, up in self.lock.upstreams.items():
+                if (site / up.root).exists():
+                    continue
+                pristine = self.pristine(name, log)
+                # the dist-info is renamed into place before the root: one without its root is an interrupted unpack
+                if (site / pristine.dist_info()).is_dir():
+                    shutil.rmtree(site / pristine.dist_info())
                 log(f"unpacking pristine {up.package} {up.version} into {site}")
-                self.pristine(name, log).unpack(site, root=up.root)
+                pristine.unpack(site, root=up.root)
         return site
 
     def verify_pristine_tree(self, target: Path) -> list[str]:

@@ -232,6 +232,10 @@ def run(engine, args) -> int:
     branch = args.branch or default_branch(patch.name)
     overlay = patch.overlay
     pristine = engine.pristine(name)
+    body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
+    if args.body and body_path.exists():   # the user's file: never overwritten (the default lives under build/)
+        raise PatchkitError(f"export-pr: --body {body_path}: expected a new file, found an existing one; "
+                            "pass another path or remove it; nothing written")
     head = check_checkout(repo, up, pristine, list(dict.fromkeys(patch.paths)) + overlay, prefix)
     if subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/heads/{branch}"], cwd=repo,
                       capture_output=True).returncode == 0:
@@ -249,7 +253,6 @@ def run(engine, args) -> int:
     base = f"{up.package} {up.tag or up.version} ({head[:12]})"
     if parent != head:
         base = f"branch {', '.join(default_branch(d) for d in patch.trailer('Depends-On'))} ({parent[:12]}) on {base}"
-    body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
     body_path.parent.mkdir(parents=True, exist_ok=True)
     body = pr_body(patch, Path(engine.lock.path).resolve().parent, kinds, base)
     body_path.write_text(body, encoding="utf-8")

@@ -1,10 +1,12 @@
 """Read pin.lock: which upstream artifacts the series is written against."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import PatchkitError
+from .paths import clean_relpath, safe_name
 
 try:
     import tomllib
@@ -15,6 +17,10 @@ except ModuleNotFoundError:  # Python 3.10
         raise SystemExit("patchkit needs Python >= 3.11 (tomllib) or the 'tomli' package on Python 3.10")
 
 _REQUIRED = ("package", "version", "artifact", "sha256", "root")
+# The schema: every table and key pin.lock may hold; anything else (a misspelt table drops an upstream's
+# patches without a word) is an error. [index] stays accepted until the index URL leaves pin.lock (#15).
+_TABLES = ("upstream", "runtime", "index")
+_INDEX_KEYS = ("url",)
 
 
 @dataclass(frozen=True)
@@ -46,26 +52,57 @@ class Lock:
             ) from None
 
 
+def _type(value) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _strings(path: Path, where: str, table, allowed: tuple[str, ...] | None) -> dict[str, str]:
+    """A table whose values must all be strings (and whose keys, when `allowed` is given, are known)."""
+    if not isinstance(table, dict):
+        raise PatchkitError(f"{path}: expected [{where}] to be a table, found {_type(table)}")
+    for key, value in table.items():
+        if allowed is not None and key not in allowed:
+            raise PatchkitError(f"{path}: [{where}] has unknown key '{key}' (expected one of: {', '.join(allowed)})")
+        if not isinstance(value, str):
+            raise PatchkitError(f"{path}: [{where}] {key}: expected a string, found {_type(value)} {value!r}")
+    return dict(table)
+
+
+def _upstream(path: Path, name: str, entry) -> Upstream:
+    where = f"upstream.{name}"
+    safe_name(name, f"{path}: [{where}]")
+    known = tuple(k for k in Upstream.__dataclass_fields__ if k != "name")
+    entry = _strings(path, where, entry, known)
+    missing = [k for k in _REQUIRED if not entry.get(k)]
+    if missing:
+        raise PatchkitError(f"{path}: [{where}] lacks {', '.join(missing)}")
+    safe_name(entry["artifact"], f"{path}: [{where}] artifact")
+    clean_relpath(entry["root"], f"{path}: [{where}] root")
+    if not re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]):
+        raise PatchkitError(f"{path}: [{where}] sha256: expected 64 lowercase hex digits, found {entry['sha256']!r}")
+    return Upstream(name=name, **entry)
+
+
 def load_lock(path: Path) -> Lock:
     path = Path(path)
     if not path.is_file():
         raise PatchkitError(f"{path}: lock file not found")
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PatchkitError(f"{path}: not valid TOML ({exc})") from None
-    upstreams = {}
-    for name, entry in data.get("upstream", {}).items():
-        missing = [k for k in _REQUIRED if not entry.get(k)]
-        if missing:
-            raise PatchkitError(f"{path}: [upstream.{name}] lacks {', '.join(missing)}")
-        known = set(Upstream.__dataclass_fields__) - {"name"}
-        upstreams[name] = Upstream(name=name, **{k: v for k, v in entry.items() if k in known})
+    for table in data:
+        if table not in _TABLES:
+            raise PatchkitError(f"{path}: unknown table [{table}] (expected [upstream.NAME], [runtime] or [index])")
+    tables = data.get("upstream", {})
+    if not isinstance(tables, dict):
+        raise PatchkitError(f"{path}: expected [upstream.NAME] tables, found upstream = {_type(tables)}")
+    upstreams = {name: _upstream(path, name, entry) for name, entry in tables.items()}
     if not upstreams:
         raise PatchkitError(f"{path}: expected at least one [upstream.NAME] table, found none")
     return Lock(
         path=path,
         upstreams=upstreams,
-        runtime={k: str(v) for k, v in data.get("runtime", {}).items()},
-        index_url=data.get("index", {}).get("url", "https://pypi.org/simple"),
+        runtime=_strings(path, "runtime", data.get("runtime", {}), None),
+        index_url=_strings(path, "index", data.get("index", {}), _INDEX_KEYS).get("url", "https://pypi.org/simple"),
     )

@@ -1,12 +1,21 @@
 """The pristine upstream: file bytes straight out of a verified wheel."""
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
+import io
+import os
+import shutil
+import tempfile
 import zipfile
 from functools import cached_property
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, faults
+from .paths import clean_relpath
+
+STAGE_PREFIX = ".patchkit-unpack-"   # an unpack in progress (or interrupted): never taken for a tree
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -47,13 +56,69 @@ class Pristine:
                 return n.split("/")[0]
         raise PatchkitError(f"{self.wheel.name}: no .dist-info/METADATA in wheel")
 
-    def unpack(self, dest: Path, root: str | None = None) -> None:
-        """Extract the whole wheel (or only `root/` and its dist-info) under dest."""
-        dest = Path(dest)
-        keep = None if root is None else (root.rstrip("/") + "/", self.dist_info() + "/")
-        for name in self.names:
-            if keep and not name.startswith(keep):
+    def _record(self, dist_info: str) -> dict[str, tuple[str, str]]:
+        """The wheel's RECORD: path -> (sha256 as RECORD writes it, size)."""
+        name = f"{dist_info}/RECORD"
+        try:
+            rows = list(csv.reader(io.StringIO(self.read(name).decode("utf-8"))))
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise PatchkitError(f"{self.wheel.name}: {name} is not a valid RECORD ({exc})") from None
+        out = {}
+        for row in rows:
+            if row and row[0] != name:
+                if len(row) != 3 or not row[1].startswith("sha256="):
+                    raise PatchkitError(f"{self.wheel.name}: {name}: expected 'path,sha256=DIGEST,size', found {','.join(row)!r}")
+                out[row[0]] = (row[1][len("sha256="):], row[2])
+        return out
+
+    def _verify(self, stage: Path, names: list[str], dist_info: str) -> None:
+        """Every unpacked file matches the wheel's RECORD (digest and size), and nothing RECORD lists is missing."""
+        record = self._record(dist_info)
+        keep = {n.split("/")[0] for n in names}
+        listed = {n for n in record if n.split("/")[0] in keep}
+        for name in names:
+            if name == f"{dist_info}/RECORD":
                 continue
-            out = dest / name
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(self._zip.read(name))
+            if name not in record:
+                raise PatchkitError(f"{self.wheel.name}: {name} is not listed in its RECORD; nothing unpacked")
+            data = (stage / name).read_bytes()
+            digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_bytes(data))).rstrip(b"=").decode()
+            want, size = record[name]
+            if digest != want or str(len(data)) != size:
+                raise PatchkitError(f"{self.wheel.name}: {name}: expected sha256={want} ({size} bytes) as in its RECORD, "
+                                    f"found sha256={digest} ({len(data)} bytes); nothing unpacked")
+        missing = sorted(listed - set(names))
+        if missing:
+            raise PatchkitError(f"{self.wheel.name}: RECORD lists {missing[0]}, found no such file in the wheel; nothing unpacked")
+
+    def unpack(self, dest: Path, root: str | None = None) -> None:
+        """Extract the whole wheel (or only `root/` and its dist-info) under dest, all or nothing.
+
+        Every entry name is checked before the first write (a zip-slip entry such as `pkg/../../x`
+        is refused). Files go to a staging directory beside their destination, are verified against
+        the wheel's RECORD, and only then are the top-level directories renamed into place, the
+        dist-info first and the package root last: a tree whose root is there is a complete tree.
+        """
+        dest = Path(dest)
+        dist_info = self.dist_info()
+        keep = None if root is None else (root.rstrip("/") + "/", dist_info + "/")
+        names = [n for n in self.names if not keep or n.startswith(keep)]
+        for name in names:
+            clean_relpath(name, f"{self.wheel.name}: wheel entry")
+        tops = sorted({n.split("/")[0] for n in names}, key=lambda t: (t != dist_info, t))
+        for top in tops:
+            if (dest / top).exists():
+                raise PatchkitError(f"{dest / top}: expected nothing there to unpack {self.wheel.name} into, found it already")
+        dest.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=dest))
+        try:
+            for i, name in enumerate(names):
+                faults.point("unpack", i)
+                out = stage / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(self._zip.read(name))
+            self._verify(stage, names, dist_info)
+            for top in tops:
+                os.rename(stage / top, dest / top)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)

@@ -4,7 +4,8 @@ Fetches and verifies the new release's artifact (same kind as the pinned one, sh
 replays each series in a scratch git repo under build/rebase/ (see replay.py) and classifies each patch:
 clean, offset, conflict, already upstream, and whether its code is still reached (conditions.py).
 patches/, overlay/ and pin.lock are written only once every patch is resolved; a backup taken before
-the first write lets `--abort` put them back byte for byte.
+the first write (complete once its manifest is written, last) lets `--abort` put them back byte for byte.
+One rebase at a time: every rebase command holds the repository's rebase lock (lock.py).
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError
-from .backup import mirror, restore, snapshot
+from . import PatchkitError, UsageError, faults
+from .backup import backup_problem, mirror, restore, snapshot
 from .fetch import fetch
 from .index import find_release
 from .lockedit import update_lock_text
+from .lock import locked
 from .lockfile import Upstream, load_lock
+from .paths import clean_relpath, safe_name
 from .pristine import Pristine
 from .replay import (CONFLICT, DROPPED, PENDING, RESOLVED, UPSTREAM, Outcome, Replayer, build_rebase_repo,
                      conflicted_files, git, has_markers)
@@ -29,6 +32,7 @@ from .series import load_series
 from .worktree import export_series, roundtrip_differences, write_series
 
 STATE = "state.json"
+REFRESHING = "REFRESHING"    # written before the refresh's first write to the repository: --abort must restore
 _RESERVED = {"to", "dry-run", "continue", "abort", "json", "help"}
 
 
@@ -59,12 +63,16 @@ def add_parser(sub) -> None:
 
 
 def run(engine, args) -> int:
-    if args.abort:
-        return abort(engine)
-    if args.cont:
-        return resume(engine, args.json)
-    targets = _targets(engine.lock, args)
-    return start(engine, targets, args.dry_run, args.json)
+    if args.abort + args.cont + bool(args.to) > 1:
+        raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
+    targets = None if args.abort or args.cont else _targets(engine.lock, args)
+    engine.build_root.mkdir(parents=True, exist_ok=True)
+    with locked(engine.build_root / ".patchkit-rebase-lock", f"the rebase state of {_repo_root(engine)}", "rebase"):
+        if args.abort:
+            return abort(engine)
+        if args.cont:
+            return resume(engine, args.json)
+        return start(engine, targets, args.dry_run, args.json)
 
 
 def _targets(lock, args) -> dict[str, str]:
@@ -80,7 +88,7 @@ def _targets(lock, args) -> dict[str, str]:
         if key.startswith("upstream_") and value:
             targets[key[len("upstream_"):]] = value
     if not targets:
-        raise PatchkitError("rebase: expected --to VERSION (or --continue / --abort), found none")
+        raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")
     return targets
 
 
@@ -97,6 +105,7 @@ def _new_pin(lock, name: str, version: str) -> Upstream:
     up = lock.upstream(name)
     _progress(f"[{name}] looking up {up.package} {version} on {lock.index_url}")
     rel = find_release(lock.index_url, up.package, version, up.artifact)
+    safe_name(rel.artifact, f"package index: artifact of {up.package} {version}")
     tag = up.tag.replace(up.version, version) if up.version in up.tag else up.tag
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag)
 
@@ -109,8 +118,8 @@ def _repo_root(engine) -> Path:
 def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) -> int:
     repo = _repo_root(engine)
     work = work_dir(engine)
-    if not dry_run and (work / STATE).exists():
-        raise PatchkitError(f"a rebase is already in progress ({work / STATE}): "
+    if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
+        raise PatchkitError(f"a rebase is already in progress ({work}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
     plan = []
     for name in engine.lock.upstreams:
@@ -178,6 +187,7 @@ def _drive(engine, base: Path, src: Path, state: dict, json_out: str | None) -> 
         total = len(entry["patches"])
         while entry["next"] < total:
             i = entry["next"]
+            faults.point("replay", i)
             patch = series.patches[i]
             _progress(f"[{name} {i + 1}/{total}] {patch.name}")
             outcome = replayer.replay(entry["commits"][i], patch)
@@ -219,11 +229,13 @@ def resume(engine, json_out: str | None) -> int:
     base = work_dir(engine)
     if not (base / STATE).exists():
         raise PatchkitError(f"rebase --continue: expected a rebase in progress ({base / STATE}), found none")
-    state = json.loads((base / STATE).read_text())
+    state = load_state(base, engine.lock)
     stop = state.get("stopped")
     src = base / "backup"
     if stop:
-        entry = next(e for e in state["upstreams"] if e["name"] == stop["upstream"])
+        entry = next((e for e in state["upstreams"] if e["name"] == stop["upstream"]), None)
+        if entry is None:
+            raise PatchkitError(f"{base / STATE}: stopped at upstream {stop['upstream']!r}, found no entry for it")
         up = engine.lock.upstream(stop["upstream"])
         series = load_series(up.name, src / "patches", src / "overlay", up.root)
         replayer = Replayer(base / "repos" / up.name, base / "overlay")
@@ -232,6 +244,9 @@ def resume(engine, json_out: str | None) -> int:
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")
         i = stop["index"]
+        if not 0 <= i < len(series.patches) or entry["patches"] != [p.name for p in series.patches]:
+            raise PatchkitError(f"{base / STATE}: expected the stop to name a patch of the backed-up series, found "
+                                f"index {i} of {len(series.patches)}; run 'rebase --abort'")
         patch = series.patches[i]
         outcome = Outcome(**entry["results"][i])
         if replayer.head() != stop["head"] and git(replayer.repo, "status", "--porcelain").stdout.strip() == "":
@@ -251,16 +266,71 @@ def resume(engine, json_out: str | None) -> int:
 
 
 def abort(engine) -> int:
+    """Drop the rebase in progress. pin.lock, patches/ and overlay/ are restored only from a backup whose
+    manifest vouches for every file, and only if the rebase had started writing them; otherwise, if it
+    had, nothing is touched and the message says what to do."""
     base = work_dir(engine)
     repo = _repo_root(engine)
     if not base.exists():
         print("rebase --abort: no rebase in progress")
         return 0
-    if (base / "backup" / "pin.lock").exists():
-        restore(repo, base / "backup")
+    refreshing = (base / REFRESHING).exists()
+    problem = backup_problem(base / "backup")
+    if refreshing and problem:
+        raise PatchkitError(
+            f"rebase --abort: the rebase had started rewriting pin.lock, patches/ and overlay/, and its backup is "
+            f"not complete ({problem}); nothing restored or removed: restore them from version control "
+            f"(e.g. git checkout -- pin.lock patches overlay), then remove {base}")
+    if refreshing:
+        try:
+            restore(repo, base / "backup")
+        except OSError as exc:
+            raise PatchkitError(f"rebase --abort: restoring from {base / 'backup'} failed ({exc}); the backup is "
+                                "kept: fix the cause and run 'rebase --abort' again") from None
+        shutil.rmtree(base)
+        print(f"rebase --abort: restored pin.lock, patches/ and overlay/ from the verified backup; removed {base}")
+        return 0
     shutil.rmtree(base)
-    print(f"rebase --abort: restored pin.lock, patches/ and overlay/; removed {base}")
+    print(f"rebase --abort: pin.lock, patches/ and overlay/ were never written by this rebase (left as they are); "
+          f"removed {base}")
     return 0
+
+
+def load_state(base: Path, lock) -> dict:
+    """state.json, checked against its schema: names and paths in it are used to build paths."""
+    where = base / STATE
+    try:
+        state = json.loads(where.read_text())
+    except (OSError, ValueError) as exc:
+        raise PatchkitError(f"{where}: unreadable rebase state ({exc}); run 'rebase --abort'") from None
+
+    def need(ok: bool, what: str):
+        if not ok:
+            raise PatchkitError(f"{where}: expected {what}; run 'rebase --abort'")
+
+    need(isinstance(state, dict) and isinstance(state.get("upstreams"), list), "an object with an 'upstreams' list")
+    need(state.get("dry_run") is False, "'dry_run': false")
+    for e in state["upstreams"]:
+        need(isinstance(e, dict) and e.get("name") in lock.upstreams, f"each upstream named in pin.lock ({', '.join(lock.upstreams)})")
+        n = len(e.get("patches") or [])
+        need(isinstance(e.get("patches"), list) and all(isinstance(p, str) for p in e["patches"]), "'patches' as a list of names")
+        for p in e["patches"]:
+            safe_name(p, f"{where}: patch")
+        need(isinstance(e.get("commits"), list) and len(e["commits"]) == n
+             and all(isinstance(c, str) and c.isalnum() for c in e["commits"]), "one commit id per patch")
+        need(isinstance(e.get("results"), list) and len(e["results"]) == n
+             and all(isinstance(r, dict) for r in e["results"]), "one result per patch")
+        need(type(e.get("next")) is int and 0 <= e["next"] <= n, "'next' as a patch index")
+        need(isinstance(e.get("pin"), dict) and all(isinstance(e["pin"].get(k), str) for k in ("version", "artifact", "sha256", "tag")),
+             "'pin' with version, artifact, sha256 and tag")
+        safe_name(e["pin"]["artifact"], f"{where}: pin artifact")
+    stop = state.get("stopped")
+    if stop is not None:
+        need(isinstance(stop, dict) and isinstance(stop.get("upstream"), str) and type(stop.get("index")) is int
+             and isinstance(stop.get("head"), str) and isinstance(stop.get("files"), list), "'stopped' as {upstream, index, head, files}")
+        for f in stop["files"]:
+            clean_relpath(f, f"{where}: conflicted file")
+    return state
 
 
 # -- the refresh ------------------------------------------------------------------------------------
@@ -274,11 +344,21 @@ def _refresh(engine, base: Path, state: dict) -> None:
         exported[entry["name"]] = export_series(base / "repos" / entry["name"], base / "export" / entry["name"])
     lock_text = update_lock_text((base / "backup" / "pin.lock").read_text(),
                                  {e["name"]: e["pin"] for e in state["upstreams"]})
+    problem = backup_problem(base / "backup")
+    if problem:
+        raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
+                            f"({problem}); nothing written")
+    (base / REFRESHING).write_text("pin.lock, patches/ and overlay/ are being rewritten\n")
     try:
+        step = 0
         for name, files in exported.items():
+            faults.point("refresh", step)
             write_series(files, repo / "patches" / name)
+            step += 1
+        faults.point("refresh", step)
         (repo / "overlay").mkdir(exist_ok=True)
         mirror(base / "overlay", repo / "overlay")
+        faults.point("refresh", step + 1)
         (repo / "pin.lock").write_text(lock_text)
         fresh = Engine.from_repo(repo)
         for name in exported:
@@ -287,8 +367,14 @@ def _refresh(engine, base: Path, state: dict) -> None:
             problems = roundtrip_differences(fresh.series(name), fresh.pristine(name), up.root, f"{up.package} {up.version}")
             if problems:
                 raise PatchkitError(f"refreshed series {name} does not round-trip: {problems[0]}")
-    except BaseException:
-        restore(repo, base / "backup")
+    except BaseException as exc:
+        try:
+            restore(repo, base / "backup")
+        except (OSError, PatchkitError) as again:
+            raise PatchkitError(f"rebase: the refresh failed ({exc}) and restoring pin.lock, patches/ and overlay/ "
+                                f"failed too ({again}); the backup is kept in {base / 'backup'}: fix the cause and "
+                                "run 'rebase --abort'") from None
+        (base / REFRESHING).unlink()
         raise
     shutil.rmtree(base)
     for e in state["upstreams"]:
@@ -311,7 +397,11 @@ def format_report(state: dict) -> str:
     upstreamed = [r["patch"] for e in state["upstreams"] for r in e["results"] if r["result"] == UPSTREAM]
     if upstreamed:
         out.append("already upstream (dropped from the refreshed series): " + ", ".join(upstreamed))
-    unreached = [r["patch"] for e in state["upstreams"] for r in e["results"] if r["unreached"]]
+    dropped = [r["patch"] for e in state["upstreams"] for r in e["results"] if r["result"] == DROPPED]
+    if dropped:
+        out.append("dropped (empty after resolution; not in the refreshed series): " + ", ".join(dropped))
+    unreached = [r["patch"] for e in state["upstreams"] for r in e["results"]
+                 if r["unreached"] and r["result"] not in (UPSTREAM, DROPPED)]
     if unreached:
         out.append("no longer reached on the new release (kept; add a hunk that routes to it, or drop it): "
                    + ", ".join(unreached))

@@ -40,5 +40,9 @@ def format_state(state: TargetState, before: TargetState | None = None) -> str:
                 out.append(f"  outdated: {f.path} was patched by an earlier series; apply or revert restores it")
     if state.journal is not None:
         out.append(f"journal present: a '{state.journal.get('op')}' was interrupted; run apply or revert to finish it")
+        if state.journal.get("malformed"):
+            out.append(f"  the journal is malformed ({state.journal['malformed']}); apply or revert replaces it")
+    for rel in state.temp_files:
+        out.append(f"temp file left by an interrupted run: {rel} (apply or revert removes it)")
     out.append(f"target {state.target}: {state.summary}")
     return "\n".join(out)

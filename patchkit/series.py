@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import PatchkitError
+from .paths import under
 from .patchfile import PatchFile, parse_patch
 
 
@@ -38,7 +39,7 @@ def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) ->
     names = read_series_file(directory)
     on_disk = sorted(p.name for p in directory.glob("*.patch")) if directory.is_dir() else []
     for n in names:
-        if n not in on_disk:
+        if "/" in n or n not in on_disk:
             raise PatchkitError(f"{directory}/series: lists unknown patch {n}, found no such file in {directory}")
     if len(set(names)) != len(names):
         raise PatchkitError(f"{directory}/series: expected each patch once, found a duplicate")
@@ -48,12 +49,12 @@ def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) ->
     patches = [parse_patch(directory / n) for n in names]
     owner: dict[str, int] = {}
     for i, p in enumerate(patches):
+        # Paths from the patch (its diff, its Overlay: header) are confined before anything is read:
+        # `sglang/../../../x` would otherwise be read from outside overlay/ and written outside the target.
         for path in p.paths:
-            if not path.startswith(root + "/"):
-                raise PatchkitError(f"{p.path}: expected paths under {root}/, found {path}")
+            under(path, root, f"{p.path}: diff path")
         for rel in p.overlay:
-            if not rel.startswith(root + "/"):
-                raise PatchkitError(f"{p.path}: Overlay: expected a path under {root}/, found {rel}")
+            under(rel, root, f"{p.path}: Overlay")
             if not (Path(overlay_root) / rel).is_file():
                 raise PatchkitError(f"{p.path}: Overlay: expected file overlay/{rel}, found none")
             if rel in owner:

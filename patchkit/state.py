@@ -60,6 +60,7 @@ class TargetState:
     target: str
     upstreams: list[UpstreamState]
     journal: dict | None = None
+    temp_files: list[str] = field(default_factory=list)   # left by an interrupted write; apply/revert remove them
 
     @property
     def summary(self) -> str:

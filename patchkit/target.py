@@ -46,7 +46,7 @@ def require_directory(target: Path) -> Path:
     return target
 
 
-def _writable(path: Path) -> bool:
+def writable(path: Path) -> bool:
     # Mode bits are honoured even for root: a tree someone made read-only stays untouched.
     try:
         mode = path.stat().st_mode
@@ -65,6 +65,6 @@ def first_unwritable(target: Path, relpaths: list[str]) -> str | None:
             d = d.parent
         checks += [d, f]
     for path in checks:
-        if not _writable(path):
+        if not writable(path):
             return str(path)
     return None

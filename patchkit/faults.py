@@ -1,0 +1,42 @@
+"""Fault injection for the recovery tests, off unless PATCHKIT_TEST_FAULT is set.
+
+PATCHKIT_TEST_FAULT is a comma-separated list of [POINT:]KIND:N; POINT defaults to `write` (the
+transaction's file writes). At the N-th pass through `point(POINT, N)` the process acts as KIND says:
+  kill    exit at once with status 137, as SIGKILL would (no cleanup, no finally blocks)
+  raise   raise OSError (an I/O error the code must survive)
+  enospc  raise OSError(ENOSPC) (a full disk)
+  pause   create $PATCHKIT_TEST_PAUSE.waiting, then wait until $PATCHKIT_TEST_PAUSE exists (at most 60 s)
+Points: write, rollback (transaction.py), tmp (between a temp file's write and its rename), unpack
+(pristine.py, per file), backup, replay, refresh (rebase.py).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+
+def _specs():
+    for item in filter(None, os.environ.get("PATCHKIT_TEST_FAULT", "").split(",")):
+        parts = item.split(":")
+        if len(parts) == 2:
+            parts = ["write", *parts]
+        yield parts[0], parts[1], int(parts[2] or 0)
+
+
+def point(name: str, count: int) -> None:
+    for where, kind, n in _specs():
+        if where != name or n != count:
+            continue
+        if kind == "kill":
+            os._exit(137)
+        if kind == "enospc":
+            raise OSError(errno.ENOSPC, f"No space left on device (injected at {name}:{count})")
+        if kind == "pause":
+            flag = os.environ["PATCHKIT_TEST_PAUSE"]
+            open(flag + ".waiting", "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            continue
+        raise OSError(f"injected fault at {name}:{count}")

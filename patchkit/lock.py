@@ -1,0 +1,105 @@
+"""One writer at a time: an advisory lock file (fcntl.flock) that names its holder's pid.
+
+The kernel drops a flock when its holder exits, however it exits, so a lock file whose lock can be
+taken is stale by definition: the pid in it is reported and the lock taken over. A second command
+waits for the holder (PATCHKIT_LOCK_WAIT seconds, default 300; 0 = refuse at once) and then refuses.
+The lock file is removed on release; a waiter that locked a removed file notices and tries again.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import PatchkitError
+
+LOCK_NAME = ".patchkit-lock"
+_held: set[str] = set()     # locks this process holds (re-entrant: apply inside a locked command)
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _wait_seconds() -> float:
+    try:
+        return float(os.environ.get("PATCHKIT_LOCK_WAIT", "300"))
+    except ValueError:
+        raise PatchkitError(f"PATCHKIT_LOCK_WAIT: expected seconds, found {os.environ['PATCHKIT_LOCK_WAIT']!r}") from None
+
+
+def _holder(fd: int) -> tuple[int | None, str]:
+    text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    pid, _, what = text.partition(" ")
+    return (int(pid) if pid.isdigit() else None), what
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def locked(path: Path, label: str, command: str, log=_stderr):
+    """Hold the lock at `path` for `label` (what it protects) while `command` runs."""
+    path = Path(path)
+    key = str(path.resolve())
+    if key in _held:
+        yield
+        return
+    deadline = time.monotonic() + _wait_seconds()
+    waiting = False
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise PatchkitError(f"{label}: cannot create its lock file {path} ({exc.strerror}); nothing written") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, what = _holder(fd)
+            os.close(fd)
+            who = f"pid {pid} ({what})" if pid else "another process"
+            if time.monotonic() >= deadline:
+                raise PatchkitError(f"{label} is locked by {who} ({path}); nothing written: try again when it has finished")
+            if not waiting:
+                log(f"waiting for {who} to finish with {label} ...")
+                waiting = True
+            time.sleep(0.1)
+            continue
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:            # its holder removed it between our open and our flock
+            os.close(fd)
+            continue
+        break
+    try:
+        pid, what = _holder(fd)
+        if pid is not None and pid != os.getpid():
+            state = "is no longer running" if not _alive(pid) else "no longer holds it"
+            log(f"note: took over a stale lock on {label} ({path}): pid {pid} ({what}) {state}")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
+        _held.add(key)
+        yield
+    finally:
+        _held.discard(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def target_lock(target: Path, command: str, log=_stderr):
+    return locked(Path(target) / LOCK_NAME, f"target {target}", command, log)
