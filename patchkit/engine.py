@@ -128,8 +128,10 @@ class Engine:
                 raise PatchkitError(f"target {target}: expected {up.package} {up.version}, found {u.found_version}; nothing written")
             if u.modified:
                 f = u.modified[0]
-                fc = self.chain(u.name).files[f.path]
-                expected = fc.states[0][1]
+                fc = self.chain(u.name).files.get(f.path)
+                pristine = self.pristine(u.name)
+                expected = fc.states[0][1] if fc else (
+                    sha256_bytes(pristine.read(f.path)) if pristine.has(f.path) else None)
                 up = self.lock.upstream(u.name)
                 raise PatchkitError(
                     f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.package} {up.version}) "

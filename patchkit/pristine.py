@@ -102,9 +102,9 @@ class Pristine:
         dest = Path(dest)
         dist_info = self.dist_info()
         keep = None if root is None else (root.rstrip("/") + "/", dist_info + "/")
-        names = [n for n in self.names if not keep or n.startswith(keep)]
-        for name in names:
+        for name in self.names:      # every entry, even those not unpacked: a crafted wheel is refused whole
             clean_relpath(name, f"{self.wheel.name}: wheel entry")
+        names = [n for n in self.names if not keep or n.startswith(keep)]
         tops = sorted({n.split("/")[0] for n in names}, key=lambda t: (t != dist_info, t))
         for top in tops:
             if (dest / top).exists():

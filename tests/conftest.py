@@ -60,3 +60,16 @@ def poisoned_empty(monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", empty)
+
+
+@pytest.fixture
+def demo(tmp_path):
+    """A crafted upstream `demo` (tests/fault_fixtures.py): (repo, env) with a local index serving 1.0 and 1.1."""
+    from fault_fixtures import RELEASES, LocalIndex, demo_repo, make_wheel
+
+    wheels = [make_wheel(tmp_path / "wheels-index", v, files) for v, files in RELEASES.items()]
+    index = LocalIndex(tmp_path / "index", wheels)
+    try:
+        yield demo_repo(tmp_path, index.url)
+    finally:
+        index.close()
