@@ -135,9 +135,10 @@ def cli(repo: Path, *args, env: dict | None = None, background: bool = False):
 
 
 def one_line_error(proc) -> bool:
-    """A failure as the CLI promises it: exit 1, exactly one line on stderr, no traceback."""
-    err = proc.stderr.strip()
-    return proc.returncode == 1 and err.startswith("error: ") and "\n" not in err and "Traceback" not in proc.stderr
+    """A failure as the CLI promises it: exit 1, one `error:` line (last on stderr, after any notes), no traceback."""
+    lines = proc.stderr.strip().splitlines()
+    return (proc.returncode == 1 and bool(lines) and lines[-1].startswith("error: ")
+            and sum(l.startswith("error") for l in lines) == 1 and "Traceback" not in proc.stderr)
 
 
 def wait_for(path: Path, seconds: float = 30) -> bool:

@@ -1,0 +1,69 @@
+"""The minor failures of issue #16 (10): usage errors exit 2, export-pr never overwrites a user's file,
+`make TARGET=` takes a path with a space, and the rebase summary never calls a dropped patch kept."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from engine_fixtures import REPO
+from fault_fixtures import RELEASES, cli, demo_repo, one_line_error
+from patchkit.rebase import format_report
+
+
+def test_rebase_without_arguments_is_a_usage_error(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    for args in (["rebase"], ["rebase", "--continue", "--abort"]):
+        proc = cli(repo, *args, env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.strip().count("\n") == 0 and "usage" in proc.stderr, proc.stderr
+
+
+def test_export_pr_refuses_to_overwrite_an_existing_body_file(tmp_path):
+    from patchkit.gitcmd import git, init_repo
+
+    repo, env = demo_repo(tmp_path / "r")
+    checkout = init_repo(tmp_path / "upstream")
+    for rel, text in RELEASES["1.0"].items():
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text(text)
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "release 1.0")
+    git(checkout, "tag", "v1.0")
+    body = tmp_path / "notes.md"
+    body.write_text("my own notes\n")
+    proc = cli(repo, "export-pr", "0001", "--repo", str(checkout), "--body", str(body), env=env)
+    assert one_line_error(proc) and "notes.md" in proc.stderr and "existing" in proc.stderr, proc.stderr
+    assert body.read_text() == "my own notes\n"
+    assert git(checkout, "branch", "--list", "pr/*").stdout.strip() == "", "nothing written: no branch either"
+    proc = cli(repo, "export-pr", "0001", "--repo", str(checkout), "--body", str(tmp_path / "new.md"), env=env)
+    assert proc.returncode == 0 and (tmp_path / "new.md").read_text().strip(), proc.stderr
+
+
+def test_make_target_with_a_space_is_one_argument(tmp_path):
+    if not shutil.which("make"):
+        import pytest
+        pytest.skip("make is not installed")
+    spaced = tmp_path / "a b"
+    spaced.mkdir()
+    proc = subprocess.run(["make", "-s", "-C", str(REPO), "status", f"TARGET={spaced}", f"PYTHON={sys.executable}"],
+                          capture_output=True, text=True, env={**os.environ, "MAKEFLAGS": ""})
+    assert f"target {spaced}: absent" in proc.stdout, proc.stdout + proc.stderr
+    assert "unrecognized arguments" not in proc.stderr
+
+
+def test_rebase_summary_never_says_kept_for_a_dropped_patch():
+    def result(name, result, unreached):
+        return {"patch": name, "subject": name, "result": result, "detail": [], "unreached": unreached,
+                "overlay_moves": {}, "conflicted": []}
+
+    state = {"upstreams": [{"name": "demo", "from": "1.0", "pin": {"version": "1.1"}, "results": [
+        result("0001-kept.patch", "resolved", ["demo/a.py is gone"]),
+        result("0002-dropped.patch", "dropped", ["demo/b.py is gone"]),
+        result("0003-upstream.patch", "already upstream", ["demo/c.py is gone"]),
+    ]}]}
+    report = format_report(state)
+    kept = next(l for l in report.splitlines() if "(kept;" in l)
+    assert "0001-kept.patch" in kept and "0002-dropped" not in kept and "0003-upstream" not in kept, report
+    assert any(l.startswith("dropped") and "0002-dropped.patch" in l for l in report.splitlines()), report

@@ -1,0 +1,112 @@
+"""One writer at a time, per target and per repository rebase state (issue #16, failures 2 and 7).
+
+A first command is paused inside its write window (PATCHKIT_TEST_FAULT=...:pause:N, patchkit/faults.py);
+a second one meanwhile must refuse (PATCHKIT_LOCK_WAIT=0) or wait, never interleave. A lock left by a
+killed process is taken over with a message.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from engine_fixtures import snapshot
+from fault_fixtures import cli, data_snapshot, demo_repo, demo_target, one_line_error, wait_for
+
+
+def _paused(repo, env, tmp_path, *args, point: str):
+    """Start `apply.py ARGS` in the background and return once it is paused at `point` (holding its lock)."""
+    flag = tmp_path / "release"
+    env = {**env, "PATCHKIT_TEST_FAULT": point, "PATCHKIT_TEST_PAUSE": str(flag)}
+    proc = cli(repo, *args, env=env, background=True)
+    if not wait_for(str(flag) + ".waiting", 60):
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{args} never reached the pause point {point}: rc {proc.returncode}\n{out}\n{err}")
+    return proc, flag
+
+
+def _finish(proc, flag):
+    flag.touch()
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def test_second_writer_on_a_target_is_refused_while_the_first_is_writing(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    first, flag = _paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
+    try:
+        for cmd in ("revert", "apply"):
+            proc = cli(repo, cmd, "--target", str(site), env=env)
+            assert one_line_error(proc) and "locked by pid" in proc.stderr and str(first.pid) in proc.stderr, proc.stderr
+    finally:
+        rc, out, err = _finish(first, flag)
+    assert rc == 0, err
+    proc = cli(repo, "status", "--target", str(site), env=env)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith(": applied"), proc.stdout
+    assert not (site / ".patchkit-lock").exists()
+
+
+def test_second_writer_waits_for_the_first_then_finds_nothing_to_do(tmp_path):
+    import os
+    import time
+
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    first, flag = _paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
+    log = tmp_path / "second.err"
+    with open(log, "w") as err_fh:
+        second = subprocess.Popen([sys.executable, str(repo / "apply.py"), "apply", "--target", str(site)],
+                                  env={**os.environ, **env, "PATCHKIT_LOCK_WAIT": "60"},
+                                  stdout=subprocess.PIPE, stderr=err_fh, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "waiting for pid" not in log.read_text() and time.monotonic() < deadline and second.poll() is None:
+            time.sleep(0.05)
+        assert "waiting for pid" in log.read_text() and second.poll() is None, log.read_text()
+    finally:
+        rc, _, err = _finish(first, flag)
+    out2 = second.communicate(timeout=120)[0]
+    assert rc == 0, err
+    assert second.returncode == 0 and "nothing to do" in out2, (out2, log.read_text())
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over_with_a_message(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (site / ".patchkit-lock").write_text(f"{dead.pid} apply\n")
+    proc = cli(repo, "apply", "--target", str(site), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "stale lock" in proc.stderr and f"pid {dead.pid}" in proc.stderr and "no longer running" in proc.stderr
+    assert not (site / ".patchkit-lock").exists()
+
+
+def test_killed_apply_leaves_a_lock_the_next_command_takes_over(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    before = snapshot(site)
+    killed = cli(repo, "apply", "--target", str(site), env={**env, "PATCHKIT_TEST_FAULT": "kill:1"})
+    assert killed.returncode == 137
+    proc = cli(repo, "revert", "--target", str(site), env=env)
+    assert proc.returncode == 0 and "stale lock" in proc.stderr, proc.stderr
+    assert snapshot(site) == before
+
+
+def test_two_rebases_never_interleave_and_abort_waits_for_the_running_one(tmp_path, demo):
+    """Two rebases at once: the one reporting success had deleted overlay/**; --abort found nothing to abort."""
+    repo, env = demo
+    first, flag = _paused(repo, env, tmp_path, "rebase", "--to", "1.1", point="replay:pause:1")
+    try:
+        for args in (["rebase", "--to", "1.1"], ["rebase", "--abort"], ["rebase", "--continue"]):
+            proc = cli(repo, *args, env=env)
+            assert one_line_error(proc) and "rebase state" in proc.stderr and "locked by pid" in proc.stderr, (args, proc.stderr)
+    finally:
+        rc, out, err = _finish(first, flag)
+    assert rc == 0, err + out
+    assert (repo / "overlay" / "demo" / "extra.py").is_file()
+    after = data_snapshot(repo)
+    assert b'version = "1.1"' in after["pin.lock"]
+    proc = cli(repo, "check", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
