@@ -17,7 +17,8 @@ import pytest
 from engine_fixtures import copy_repo_data
 from fault_fixtures import PACKAGE, RELEASES, cli, demo_repo, make_wheel, one_line_error, pin_lock
 from patchkit.lockfile import load_lock
-from patchkit.pristine import STAGE_PREFIX
+
+STAGE_PREFIX = ".patchkit-unpack-"   # patchkit.pristine.STAGE_PREFIX: where an unpack in progress lives
 
 
 def _record_mismatches(site, wheel, root) -> list[str]:
