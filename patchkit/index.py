@@ -91,9 +91,12 @@ def find_release(index_url: str, package: str, version: str, like: str) -> Relea
     try:
         rel = choose_artifact(index_links(index_url, package), package, version, like)
     except PatchkitError as exc:
-        if key in known and str(exc).startswith("cannot read package index page"):
-            return Release(**known[key])
+        remembered = known.get(key) if isinstance(known, dict) else None
+        if (isinstance(remembered, dict) and set(remembered) == {"artifact", "url", "sha256"}
+                and str(exc).startswith("cannot read package index page")):
+            return Release(**remembered)
         raise
+    known = known if isinstance(known, dict) else {}
     known[key] = rel.__dict__
     tmp = memory.with_suffix(".tmp")
     tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
