@@ -99,6 +99,7 @@ def restore(repo: Path, backup: Path) -> None:
     if problem:
         raise PatchkitError(f"cannot restore from {backup}: {problem}")
     (repo / "pin.lock").write_bytes((backup / "pin.lock").read_bytes())
-    for d in DATA_DIRS:
+    for n, d in enumerate(DATA_DIRS):
+        faults.point("restore", n)
         (repo / d).mkdir(exist_ok=True)
         mirror(backup / d, repo / d)

@@ -9,6 +9,7 @@ from pathlib import Path
 from . import PatchkitError, UsageError
 from .conditions import conditions_of, unreached_reasons
 from .engine import Engine
+from .lock import repo_lock
 from .export_pr import depends_on_errors
 from .report import format_state, table
 from .state import APPLIED, PRISTINE
@@ -110,7 +111,8 @@ def cmd_export(engine, args) -> int:
     src = Path(args.dir) if args.dir else engine.build_root / "work" / args.upstream
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
-    with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \
+            repo_lock(engine.build_root, engine.patches_root.parent, "export"):
         exported = export_series(src, Path(tmp))
         write_series(exported, engine.patches_root / args.upstream)
         engine.series(args.upstream)   # validates headers and overlay claims of the new series
@@ -170,6 +172,9 @@ def main(repo: Path, argv=None) -> int:
         print(f"error: {exc} (usage: apply.py {args.command} --help)", file=sys.stderr)
         return 2
     except PatchkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:   # the machine's (a full disk, a permission): still one line, never a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

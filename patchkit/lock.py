@@ -103,3 +103,9 @@ def locked(path: Path, label: str, command: str, log=_stderr):
 
 def target_lock(target: Path, command: str, log=_stderr):
     return locked(Path(target) / LOCK_NAME, f"target {target}", command, log)
+
+
+def repo_lock(build_root: Path, repo: Path, command: str, log=_stderr):
+    """The repository's data (pin.lock, patches/, overlay/) and its rebase state: one writer at a time."""
+    Path(build_root).mkdir(parents=True, exist_ok=True)
+    return locked(Path(build_root) / ".patchkit-repo-lock", f"the patch data and rebase state of {repo}", command, log)

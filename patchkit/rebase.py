@@ -21,7 +21,7 @@ from .backup import backup_problem, mirror, restore, snapshot
 from .fetch import fetch
 from .index import find_release
 from .lockedit import update_lock_text
-from .lock import locked
+from .lock import repo_lock
 from .lockfile import Upstream, load_lock
 from .paths import clean_relpath, safe_name
 from .pristine import Pristine
@@ -66,8 +66,7 @@ def run(engine, args) -> int:
     if args.abort + args.cont + bool(args.to) > 1:
         raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
     targets = None if args.abort or args.cont else _targets(engine.lock, args)
-    engine.build_root.mkdir(parents=True, exist_ok=True)
-    with locked(engine.build_root / ".patchkit-rebase-lock", f"the rebase state of {_repo_root(engine)}", "rebase"):
+    with repo_lock(engine.build_root, _repo_root(engine), "rebase"):
         if args.abort:
             return abort(engine)
         if args.cont:

@@ -116,6 +116,18 @@ def test_abort_refuses_a_backup_its_manifest_does_not_vouch_for(demo, damage):
     assert one_line_error(again) and "already in progress" in again.stderr
 
 
+def test_failed_refresh_whose_restore_fails_too_keeps_the_backup_and_says_so(demo):
+    """The refresh fails, then putting the data back fails (a full disk): one line, backup kept, abort finishes."""
+    repo, env = demo
+    before = data_snapshot(repo)
+    proc = cli(repo, "rebase", "--to", "1.1", env={**env, "PATCHKIT_TEST_FAULT": "refresh:raise:1,restore:enospc:0"})
+    assert one_line_error(proc) and "No space left" in proc.stderr and "rebase --abort" in proc.stderr, proc.stderr
+    assert (repo / "build" / "rebase" / "backup").is_dir()
+    proc = cli(repo, "rebase", "--abort", env=env)
+    assert proc.returncode == 0 and "restored" in proc.stdout, proc.stdout + proc.stderr
+    assert data_snapshot(repo) == before
+
+
 def test_forged_rebase_state_is_refused_on_continue(demo):
     repo, env = demo
     assert cli(repo, "rebase", "--to", "1.1", env={**env, "PATCHKIT_TEST_FAULT": "replay:kill:1"}).returncode == 137

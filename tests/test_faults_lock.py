@@ -95,11 +95,13 @@ def test_killed_apply_leaves_a_lock_the_next_command_takes_over(tmp_path):
 
 
 def test_two_rebases_never_interleave_and_abort_waits_for_the_running_one(tmp_path, demo):
-    """Two rebases at once: the one reporting success had deleted overlay/**; --abort found nothing to abort."""
+    """Two rebases at once: the one reporting success had deleted overlay/**; --abort found nothing to abort.
+    `export` (which rewrites patches/) waits for the same lock."""
     repo, env = demo
+    assert cli(repo, "worktree", "demo", env=env).returncode == 0
     first, flag = _paused(repo, env, tmp_path, "rebase", "--to", "1.1", point="replay:pause:1")
     try:
-        for args in (["rebase", "--to", "1.1"], ["rebase", "--abort"], ["rebase", "--continue"]):
+        for args in (["rebase", "--to", "1.1"], ["rebase", "--abort"], ["rebase", "--continue"], ["export", "demo"]):
             proc = cli(repo, *args, env=env)
             assert one_line_error(proc) and "rebase state" in proc.stderr and "locked by pid" in proc.stderr, (args, proc.stderr)
     finally:
