@@ -199,7 +199,7 @@ def _read_written(target: Path) -> dict[str, dict]:
     if isinstance(data, dict) and data.get("format") == 2 and isinstance(data.get("files"), dict):
         entries = data["files"]
     elif isinstance(data, dict) and "format" not in data:
-        # written before 0.2: digests without the file's stat, so never trusted to vouch for a file
+        # written before #16: digests without the file's stat (see written_by_us)
         entries = {rel: {"sha256": digests, "stat": None} for rel, digests in data.items()}
     else:
         raise bad("expected {\"format\": 2, \"files\": {...}}")
@@ -219,8 +219,13 @@ def written_by_us(target: Path) -> dict[str, set[str]]:
     """path -> digests this tool wrote there. A path whose file changed since we wrote it (size or mtime)
     maps to no digest: bytes someone else put there are never taken for ours, whatever the record says."""
     out = {}
+    record = Path(target) / WRITTEN
     for rel, entry in _read_written(target).items():
-        trusted = entry["stat"] is not None and entry["stat"] == _stat_key(Path(target) / rel)
+        now = _stat_key(Path(target) / rel)
+        if entry["stat"] is not None:
+            trusted = entry["stat"] == now
+        else:   # a record from before #16: trusted for files not changed since the record was written
+            trusted = now is not None and now[1] <= record.stat().st_mtime_ns
         out[rel] = set(entry["sha256"]) if trusted else set()
     return out
 

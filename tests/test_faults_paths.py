@@ -86,6 +86,35 @@ def _forge_digest(site, rel: str, digest: str) -> None:
     record.write_text(json.dumps(data))
 
 
+def test_record_from_before_16_still_vouches_for_files_unchanged_since(tmp_path):
+    """A tree applied by an older patchkit (record without stat) is still refreshed by a changed series;
+    a file edited after that record was written is not taken for ours."""
+    import os
+
+    repo, env, site = _applied(tmp_path)
+    record = site / ".patchkit-written.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({rel: e["sha256"] for rel, e in data["files"].items()}))
+    util = site / f"{PACKAGE}/util.py"
+    old_final = util.read_bytes()
+    patch = sorted((repo / "patches" / PACKAGE).glob("0002-*.patch"))[0]
+    patch.write_text(patch.read_text().replace("+U7 = 70", "+U7 = 700"))   # the series moves on
+    proc = cli(repo, "status", "--target", str(site), env=env)
+    assert "outdated" in proc.stdout, proc.stdout + proc.stderr
+    util.write_bytes(old_final + b"# local edit\n")
+    future = record.stat().st_mtime_ns + 10**9
+    os.utime(util, ns=(future, future))
+    _forge_digest(site, f"{PACKAGE}/util.py", hashlib.sha256(util.read_bytes()).hexdigest())
+    os.utime(record, ns=(future - 10**6, future - 10**6))   # the record predates the edit
+    proc = cli(repo, "apply", "--target", str(site), env=env)
+    assert one_line_error(proc) and "util.py" in proc.stderr, proc.stderr
+    util.write_bytes(old_final)
+    os.utime(util, ns=(future - 10**9, future - 10**9))
+    proc = cli(repo, "apply", "--target", str(site), env=env)
+    assert proc.returncode == 0 and b"U7 = 700" in util.read_bytes(), proc.stderr
+    assert '"format": 2' in record.read_text()
+
+
 def test_forged_record_cannot_make_revert_delete_outside_the_target(tmp_path):
     repo, env, site = _applied(tmp_path)
     victim = tmp_path / "victim.txt"         # site/demo/../../victim.txt
