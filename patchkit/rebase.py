@@ -5,7 +5,7 @@ replays each series in a scratch git repo under build/rebase/ (see replay.py) an
 clean, offset, conflict, already upstream, and whether its code is still reached (conditions.py).
 patches/, overlay/ and pin.lock are written only once every patch is resolved; a backup taken before
 the first write (complete once its manifest is written, last) lets `--abort` put them back byte for byte.
-One rebase at a time: every rebase command holds the repository's rebase lock (lock.py).
+One rebase at a time: every rebase command holds the repository's lock (lock.repo_lock).
 """
 from __future__ import annotations
 
@@ -265,9 +265,9 @@ def resume(engine, json_out: str | None) -> int:
 
 
 def abort(engine) -> int:
-    """Drop the rebase in progress. pin.lock, patches/ and overlay/ are restored only from a backup whose
-    manifest vouches for every file, and only if the rebase had started writing them; otherwise, if it
-    had, nothing is touched and the message says what to do."""
+    """Drop the rebase in progress. If it had started rewriting pin.lock, patches/ and overlay/, put them
+    back, but only from a backup whose manifest vouches for every file: with any other backup, restore
+    and remove nothing and say what to do. If it had not, they are left as they are."""
     base = work_dir(engine)
     repo = _repo_root(engine)
     if not base.exists():
