@@ -196,11 +196,13 @@ def _read_written(target: Path) -> dict[str, dict]:
         data = json.loads(text)
     except ValueError as exc:
         raise bad(f"expected JSON, found {exc}") from None
+    legacy = False
     if isinstance(data, dict) and data.get("format") == 2 and isinstance(data.get("files"), dict):
         entries = data["files"]
     elif isinstance(data, dict) and "format" not in data:
         # written before #16: digests without the file's stat (see written_by_us)
         entries = {rel: {"sha256": digests, "stat": None} for rel, digests in data.items()}
+        legacy = True
     else:
         raise bad("expected {\"format\": 2, \"files\": {...}}")
     out = {}
@@ -211,7 +213,7 @@ def _read_written(target: Path) -> dict[str, dict]:
                 and (entry.get("stat") is None or (isinstance(entry["stat"], list) and len(entry["stat"]) == 2
                                                    and all(type(v) is int for v in entry["stat"])))):
             raise bad(f"entry {rel!r}: expected {{\"sha256\": [digests], \"stat\": [size, mtime_ns]}}")
-        out[rel] = {"sha256": list(entry["sha256"]), "stat": entry.get("stat")}
+        out[rel] = {"sha256": list(entry["sha256"]), "stat": entry.get("stat"), "legacy": legacy}
     return out
 
 
@@ -222,10 +224,10 @@ def written_by_us(target: Path) -> dict[str, set[str]]:
     record = Path(target) / WRITTEN
     for rel, entry in _read_written(target).items():
         now = _stat_key(Path(target) / rel)
-        if entry["stat"] is not None:
-            trusted = entry["stat"] == now
-        else:   # a record from before #16: trusted for files not changed since the record was written
+        if entry["legacy"]:   # a record from before #16: trusted for files not changed since it was written
             trusted = now is not None and now[1] <= record.stat().st_mtime_ns
+        else:
+            trusted = entry["stat"] is not None and entry["stat"] == now
         out[rel] = set(entry["sha256"]) if trusted else set()
     return out
 
@@ -238,6 +240,10 @@ def record_written(target: Path, changes: list[Change], replace: bool) -> None:
         path.unlink(missing_ok=True)
         return
     known = _read_written(target) if not replace else {}
+    vouched = written_by_us(target) if any(e["legacy"] for e in known.values()) else {}
+    for rel, entry in known.items():   # upgrading a record from before #16: keep what it still vouches for
+        if entry.pop("legacy"):
+            entry["stat"] = _stat_key(Path(target) / rel) if vouched.get(rel) else None
     for c in changes:
         entry = known.setdefault(c.path, {"sha256": [], "stat": None})
         entry["sha256"] = sorted(set(entry["sha256"]) | {sha256_bytes(c.after)})
