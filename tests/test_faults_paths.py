@@ -94,7 +94,8 @@ def test_record_from_before_16_still_vouches_for_files_unchanged_since(tmp_path)
     repo, env, site = _applied(tmp_path)
     record = site / ".patchkit-written.json"
     data = json.loads(record.read_text())
-    record.write_text(json.dumps({rel: e["sha256"] for rel, e in data["files"].items()}))
+    if "format" in data:   # write it as patchkit did before #16: path -> digests
+        record.write_text(json.dumps({rel: e["sha256"] for rel, e in data["files"].items()}))
     util = site / f"{PACKAGE}/util.py"
     old_final = util.read_bytes()
     patch = sorted((repo / "patches" / PACKAGE).glob("0002-*.patch"))[0]
