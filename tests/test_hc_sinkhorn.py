@@ -15,7 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# Before anything imports triton (as the other interpreter tests do): a module-scoped setenv would be
+# undone after this module and leave later Triton tests of the same run without the interpreter.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
 
 from tests.upstream import load_module
 
@@ -91,8 +96,7 @@ def test_transcribed_statements_are_the_pinned_kernel(pristine_root):
 
 
 @pytest.fixture(scope="module")
-def impls(monkeypatch_module):
-    monkeypatch_module.setenv("TRITON_INTERPRET", "1")   # the Triton kernel runs on the CPU
+def impls():
     mod = load_module(IMPL, "hc_sinkhorn_under_test")
     return {"torch": mod.hc_split_sinkhorn_torch, "triton": mod.hc_split_sinkhorn_triton}
 
