@@ -5,6 +5,12 @@ patchkit cache and verified by sha256), never from a hand-written imitation.
 """
 from __future__ import annotations
 
+import os
+
+# CPU runs: Triton kernels run under the interpreter. Set before any test module (tests/gpu included) imports
+# triton, so the interpreter choice never depends on collection order.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import shutil
 import sys
 from pathlib import Path
