@@ -189,6 +189,13 @@ def copy_bandwidth() -> float:
     return 2 * n / sec
 
 
+def print_header() -> None:
+    """The command, GPU and versions every decode bench prints first."""
+    print("command:", " ".join([Path(sys.executable).name] + sys.argv))
+    print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
+          f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true", help="also time config / split variants (H=64)")
@@ -208,9 +215,7 @@ def main() -> None:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    print("command:", " ".join([Path(sys.executable).name] + sys.argv))
-    print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
-          f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
+    print_header()
     mma = load_module(OVERLAY, "flash_mla_sm120_mma")
     experiments = load_experiments() if args.with_experiments else {}
     if args.with_experiments:

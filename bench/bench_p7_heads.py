@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 import torch
-import triton
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -68,9 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    print("command:", " ".join([Path(sys.executable).name] + sys.argv))
-    print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
-          f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
+    B.print_header()
     mma = load_module(B.OVERLAY, "flash_mla_sm120_mma")
     gen = torch.Generator(device="cuda").manual_seed(0)
     pools = {256: B.make_pool(16384, 256, gen), 64: B.make_pool(32768, 64, gen)}

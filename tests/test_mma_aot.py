@@ -142,15 +142,20 @@ def _compile_all() -> list[dict]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def compiled() -> list[dict]:
+def compile_in_subprocess(script: str) -> list[dict]:
+    """Run an AOT test file as a script without the interpreter (it prints its rows as JSON last)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     for row in rows:
         print(row)
     return rows
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    return compile_in_subprocess(__file__)
 
 
 def test_every_config_compiles_for_both_archs(compiled):

@@ -8,8 +8,6 @@ is checked without touching this file. Compiles run in a subprocess (no TRITON_I
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,13 +83,8 @@ def _compile_all() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    for row in rows:
-        print(row)
-    return rows
+    from tests.test_mma_aot import compile_in_subprocess
+    return compile_in_subprocess(__file__)
 
 
 def test_every_config_is_built(compiled):
