@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from upstream import load_module  # noqa: E402
+from upstream import load_module, top_level_defs  # noqa: E402
 
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
@@ -40,16 +40,6 @@ MIX_HC, HC_DIM = (2 + HC_MULT) * HC_MULT, HC_MULT * HIDDEN
 
 
 # --------------------------------------------------------------------------- upstream functions
-
-def _top_level_defs(tree: ast.Module) -> dict[str, ast.stmt]:
-    defs = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            defs[node.name] = node
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            defs[node.targets[0].id] = node
-    return defs
-
 
 def _with_local_helpers(defs: dict[str, ast.stmt], name: str) -> list[ast.stmt]:
     """`name` plus the module-level functions of the same file it calls (transitively)."""
@@ -80,7 +70,7 @@ def indexer_function(root: Path, name: str = "fp8_paged_mqa_logits_torch_sm120")
     if kernel_file.is_file():
         namespace["fp8_paged_mqa_logits_triton"] = load_module(kernel_file).fp8_paged_mqa_logits_triton
     tree = ast.parse(path.read_text())
-    module = ast.Module(body=_with_local_helpers(_top_level_defs(tree), name), type_ignores=[])
+    module = ast.Module(body=_with_local_helpers(top_level_defs(tree), name), type_ignores=[])
     exec(compile(module, str(path), "exec"), namespace)
     return namespace[name]
 
@@ -99,7 +89,7 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
     inner = next(n for n in method.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre_torch_impl")
     inner.decorator_list = []
     used = {x.id for x in ast.walk(inner) if isinstance(x, ast.Name)}
-    flags = [n for name, n in _top_level_defs(tree).items() if name in used and isinstance(n, ast.Assign)]
+    flags = [n for name, n in top_level_defs(tree).items() if name in used and isinstance(n, ast.Assign)]
     namespace = {"torch": torch, "F": F, "os": __import__("os"),
                  "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps)}
     kernel_file = Path(root) / MHC_PRE_TRITON

@@ -31,7 +31,7 @@ import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mma_decode_cases import Case, kernel_view, make_case  # noqa: E402
-from upstream import extract_functions, load_module  # noqa: E402
+from upstream import extract_functions, load_module, top_level_defs  # noqa: E402
 
 MODEL = "sglang/srt/models/deepseek_v4.py"
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
@@ -63,16 +63,6 @@ def pad_heads(q: torch.Tensor, sink: Optional[torch.Tensor], width: int, gen: to
 
 
 # --------------------------------------------------------------------------- the model's forward
-
-def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:
-    defs = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            defs[node.name] = node
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            defs[node.targets[0].id] = node
-    return defs
-
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
@@ -162,7 +152,7 @@ def mqa_layer_class(root: Path, namespace: dict) -> type:
     forward path uses that `namespace` does not supply (on a patched tree: the decode decision)."""
     path = Path(root) / MODEL
     tree = ast.parse(path.read_text())
-    defs = _top_level(tree)
+    defs = top_level_defs(tree)
     cls = defs["MQALayer"]
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     todo = set()

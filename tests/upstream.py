@@ -23,6 +23,17 @@ def load_module(path: Path, name: str | None = None) -> types.ModuleType:
     return module
 
 
+def top_level_defs(tree: ast.Module) -> dict[str, ast.stmt]:
+    """A module's top-level functions, classes and single-name assignments, by name."""
+    defs = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            defs[node.targets[0].id] = node
+    return defs
+
+
 def extract_functions(path: Path, names: list[str], namespace: dict) -> dict:
     """Compile only the named top-level functions/assignments of `path` into `namespace`.
 
