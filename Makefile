@@ -23,6 +23,7 @@ help:
 	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
+	@echo "           [GRAPH_MAX_BS=n] [SGLANG_ARGS="--max-total-tokens 65536"]   fewer graphs / more sglang flags"
 	@echo "make bench-e2e [BUNDLE=dir] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
@@ -94,10 +95,12 @@ BUNDLE  ?=
 TREE    ?= patched
 EAGER   ?=
 GRAPH_MAX_BS ?=
+SGLANG_ARGS ?=
 SMOKE_LOG ?= build/smoke-server.log
 SERVE_PY = $(if $(BUNDLE),$(PYTHON),$(SGLANG_VENV)/bin/python)
 SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
-             $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager) $(if $(GRAPH_MAX_BS),--graph-max-bs $(GRAPH_MAX_BS))
+             $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager) $(if $(GRAPH_MAX_BS),--graph-max-bs $(GRAPH_MAX_BS)) \
+             $(if $(SGLANG_ARGS),--sglang-args '$(SGLANG_ARGS)')
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
 SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV) --tree $(TREE))
 

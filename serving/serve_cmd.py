@@ -208,11 +208,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph-max-bs", type=int, default=None,
                         help="largest decode batch captured in a CUDA graph (sglang's --cuda-graph-max-bs-decode; "
                              "default: sglang's, 256 on an H200): fewer graphs start faster")
+    parser.add_argument("--sglang-args", default="", metavar="ARGS",
+                        help="more sglang.launch_server flags, one shell-quoted string, appended last (e.g. "
+                             "'--max-total-tokens 65536' so two servers share one GPU)")
 
 
 def launch_from_args(args: argparse.Namespace, site_root: Path | None = None) -> Launch:
     python = args.python or (sys.executable if args.bundle else str(DEFAULT_PYTHON))
     extra = ["--cuda-graph-max-bs-decode", str(args.graph_max_bs)] if getattr(args, "graph_max_bs", None) else []
+    try:
+        extra += shlex.split(getattr(args, "sglang_args", "") or "")
+    except ValueError as exc:
+        raise SystemExit(f"--sglang-args: expected shell-quoted flags, found {args.sglang_args!r} ({exc})") from None
     return build(model=args.model or None, tp=args.tp, port=args.port, context=args.context, python=python,
                  bundle_site=site_root, tree=args.tree, eager=args.eager, extra_args=extra)
 

@@ -91,21 +91,49 @@ def test_pinned_config_classes_accept_it_at_a_1m_context():
     assert mc.hf_config.hidden_size == 4096 and mc.hf_config.num_attention_heads == 64
 
 
-def test_decode_numbers_exclude_prefill():
-    # Two requests: first tokens at 1.0 and 2.0 s (prefill), then one token per 0.1 s, 11 tokens each.
-    def series(t_first):
-        return [(t_first + 0.1 * i, i + 1) for i in range(11)]
-    reqs = [{"sent": 0.0, "events": series(1.0)}, {"sent": 0.0, "events": series(2.0)}]
+def series(t_first, n, step=0.1):
+    return [(t_first + step * i, i + 1) for i in range(n)]
+
+
+def test_decode_numbers_exclude_prefill_and_need_a_steady_window():
+    # Two requests, 11 tokens each, one per 0.1 s; first tokens at 1.0 and 2.0 s (prefill).
+    reqs = [{"sent": 0.0, "events": series(1.0, 11)}, {"sent": 0.0, "events": series(2.0, 11)}]
     out = bench_e2e.summarize(reqs)
     assert out["ttft_s_median"] == pytest.approx(1.5)
     assert out["per_request_tok_s_median"] == pytest.approx(10.0)      # 10 tokens after the first in 1 s
-    # Both decode only in [2.0, 2.0]: no common window -> no aggregate, gaps from each request's own span.
-    assert out["total_tok_s"] is None and out["step_ms_median"] == pytest.approx(100.0)
-    # Overlapping: second starts at 1.5 s; window [1.5, 2.0]: 5 + 5 tokens in 0.5 s = 20 tok/s.
-    reqs[1]["events"] = series(1.5)
+    assert out["span_tok_s"] == pytest.approx(20 / 2.0)                 # 20 decoded tokens over 1.0 .. 3.0 s
+    # They decode together only at 2.0 s: no steady window, so no total and no step time.
+    assert out["total_tok_s"] is None and out["step_ms_median"] is None
+    # Overlapping, but only 5 tokens each inside the window: still too short to quote.
+    reqs[1]["events"] = series(1.5, 11)
     out = bench_e2e.summarize(reqs)
-    assert out["window_s"] == pytest.approx(0.5) and out["window_tokens"] == 10
+    assert out["window_steps_median"] == 5 and out["total_tok_s"] is None
+    # 64 tokens each: window [1.5, 7.3] holds 58 tokens of each -> 116 tokens in 5.8 s, 100 ms a step.
+    reqs = [{"sent": 0.0, "events": series(1.0, 64)}, {"sent": 0.0, "events": series(1.5, 64)}]
+    out = bench_e2e.summarize(reqs)
+    assert out["window_s"] == pytest.approx(5.8) and out["window_tokens"] == 116
     assert out["total_tok_s"] == pytest.approx(20.0) and out["step_ms_median"] == pytest.approx(100.0)
+
+
+def test_tokens_streamed_in_bursts_do_not_shrink_the_step_time():
+    # Tokens come two at a time (two events at the same instant every 0.2 s): still 100 ms a token.
+    def bursty(t_first, n):
+        return [(t_first + 0.2 * (i // 2), i + 1) for i in range(n)]
+    reqs = [{"sent": 0.0, "events": bursty(1.0, 128)}, {"sent": 0.0, "events": bursty(1.2, 128)}]
+    out = bench_e2e.summarize(reqs)
+    assert out["step_ms_median"] == pytest.approx(100.0, rel=0.03)
+    assert out["total_tok_s"] == pytest.approx(20.0, rel=0.03)
+
+
+def test_server_rate_takes_full_batch_lines_after_the_first(tmp_path):
+    lines = [[64, 900.0], [64, 1000.0], [64, 1100.0], [1, 5000.0]]
+    assert bench_e2e.server_decode_rate(lines, 64) == pytest.approx(1050.0)
+    assert bench_e2e.server_decode_rate(lines, 16) is None
+    log = ("[t] Decode batch, #running-req: 16, #full token: 20480, cuda graph: True, "
+           "gen throughput (token/s): 74.49, #queue-req: 0\n")
+    path = tmp_path / "server.log"
+    path.write_text(log)
+    assert bench_e2e.server_throughput_lines(path, 0, len(log)) == [[16, 74.49]]
 
 
 def run_bench(tmp_path: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
@@ -132,7 +160,7 @@ def _alive(pid: int) -> bool:
 
 def test_both_trees_against_a_fake_server_write_results_and_stop_it(tmp_path):
     result = run_bench(tmp_path, "good", "--tree", "both", "--concurrency", "1,4", "--prompt-len", "16,64",
-                       "--output-len", "8", "--max-prompt-tokens", "64")
+                       "--output-len", "48", "--max-prompt-tokens", "64")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     for tree in ("pinned", "patched"):
@@ -143,7 +171,7 @@ def test_both_trees_against_a_fake_server_write_results_and_stop_it(tmp_path):
         for r in ran:
             assert r["requests_with_decode"] == r["concurrency"] and not r["errors"] and not r["timed_out"]
             assert r["per_request_tok_s_median"] > 0 and r["step_ms_median"] > 0
-            assert all(ev["events"][-1][1] == 8 for ev in r["raw"])
+            assert all(ev["events"][-1][1] == 48 for ev in r["raw"])
         assert record["versions"]["torch"] and record["server_command"].startswith(sys.executable)
         assert (tmp_path / "out" / f"{tree}-server.log").exists()
         pids = [int(p) for p in (tmp_path / f"pids-{tree}").read_text().split()]
@@ -178,7 +206,7 @@ def test_compare_prints_the_ratio_table(tmp_path):
     b.write_text(json.dumps(record("patched", 250.0)))
     out = subprocess.run([sys.executable, str(BENCH), "--compare", str(a), str(b), "--plot", str(tmp_path / "p.png")],
                          cwd=REPO, capture_output=True, text=True, timeout=120).stdout
-    assert "| 16 | 1024 | 100.0 | 250.0 | 2.50x | 6.2 | 15.6 | 160.00 | 64.00 |" in out
+    assert "| 16 | 1024 | 100.0 | 250.0 | 2.50x | 6.2 | 15.6 | 160.00 | 64.00 | - / - (-x) |" in out
     assert (tmp_path / "p.png").exists() or "matplotlib is not installed" in out
 
 

@@ -142,10 +142,11 @@ def test_print_only_with_an_installed_bundle(tmp_path, pristine_root, patched_ro
     assert f"PYTHONPATH={serve_cmd.HOOKS_DIR}:{site.resolve()}/trees/pinned:" in line
     assert line.endswith("--moe-runner-backend marlin --grammar-backend none")
     graphs = subprocess.run([sys.executable, "-m", "serving.serve_cmd", "--print-only", "--bundle", str(site),
-                             "--graph-max-bs", "8", "--python", "python3"], cwd=REPO, capture_output=True,
-                            text=True, env=env, check=True).stdout.strip()
+                             "--graph-max-bs", "8", "--sglang-args", "--max-total-tokens 65536", "--python", "python3"], cwd=REPO,
+                            capture_output=True, text=True, env=env, check=True).stdout.strip()
     ns = parse_with_pinned_server_args(shlex.split(graphs.split(" python3 ", 1)[1])[2:])
     assert ns.cuda_graph_max_bs_decode == 8 and ns.disable_cuda_graph is False
+    assert ns.max_total_tokens == 65536
     missing = subprocess.run([sys.executable, "-m", "serving.serve_cmd", "--print-only", "--bundle",
                               str(tmp_path / "nothing")], cwd=REPO, capture_output=True, text=True, env=env)
     assert missing.returncode == 1 and "is not installed yet" in missing.stdout

@@ -69,7 +69,8 @@ def serve_and_decode(tree: str, out_dir: Path) -> dict:
     assert rc == 0, f"bundle gate refused the {tree} tree (see the doctor line above)"
     port = _free_port()
     launch = serve_cmd.build(python=sys.executable, port=port, bundle_site=site, tree=tree,
-                             extra_args=["--cuda-graph-max-bs-decode", "4"])   # batch 1 here: few graphs, quick start
+                             # batch 1 here: few graphs, quick start; a small KV pool, so the GPU stays shareable
+                             extra_args=["--cuda-graph-max-bs-decode", "4", "--max-total-tokens", "65536"])
     log_path = out_dir / f"live-{tree}-server.log"
     print(f"+ {launch.shell()}")
     proc = smoke.start_server(launch, log_path)
