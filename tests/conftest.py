@@ -7,9 +7,18 @@ from __future__ import annotations
 
 import os
 
+
+
+def _nvidia_gpu_present() -> bool:
+    """An NVIDIA GPU the driver exposes (checked without importing torch/triton, which read the switch below)."""
+    return os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
+
+
 # CPU runs: Triton kernels run under the interpreter. Set before any test module (tests/gpu included) imports
-# triton, so the interpreter choice never depends on collection order.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# triton, so the interpreter choice never depends on collection order. Never on a GPU machine: there the GPU
+# tests must run the compiled kernels, and servers started by tests inherit this environment.
+if not _nvidia_gpu_present():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import shutil
 import sys

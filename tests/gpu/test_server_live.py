@@ -64,6 +64,7 @@ def serve_and_decode(tree: str, out_dir: Path) -> dict:
     from serving import serve_cmd, smoke
 
     os.environ["OVERLAY_EMULATE_SM120"] = "1"   # read by serve_cmd.bundle_env into the server's env
+    os.environ.pop("TRITON_INTERPRET", None)     # the server compiles its Triton kernels, never interprets them
     args = argparse.Namespace(bundle=Path(BUNDLE), python=None, tree=tree)
     rc, site = serve_cmd.bundle_gate(args)
     assert rc == 0, f"bundle gate refused the {tree} tree (see the doctor line above)"
