@@ -37,10 +37,11 @@ def test_command_parses_with_the_pinned_server_argument_parser(case, tmp_path):
         launch = serve_cmd.build(python="python", tiny_dir=tmp_path / "tiny")
         want = dict(model_path=str(tmp_path / "tiny"), tp_size=1, port=serve_cmd.DEFAULT_PORT,
                     context_length=serve_cmd.DEFAULT_TINY_CONTEXT, load_format="dummy",
-                    served_model_name=tiny_model.SERVED_NAME)
+                    served_model_name=tiny_model.SERVED_NAME, disable_overlap_schedule=True)
     else:
         launch = serve_cmd.build(python="python", **REAL)
-        want = dict(model_path=REAL["model"], tp_size=4, port=31234, context_length=131072, load_format="auto")
+        want = dict(model_path=REAL["model"], tp_size=4, port=31234, context_length=131072, load_format="auto",
+                    disable_overlap_schedule=False)
     ns = parse_with_pinned_server_args(launch_args(launch))
     for key, value in want.items():
         assert getattr(ns, key) == value, key

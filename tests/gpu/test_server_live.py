@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -54,9 +53,11 @@ pytestmark = [
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port well below 55535: sglang also listens on port + 10000 (its gRPC port), so an ephemeral
+    port from the kernel (up to 60999) can make that exceed 65535 and the server refuse to start."""
+    from serving import smoke
+    return next(p for p in range(30200, 40000) if smoke.port_is_free("127.0.0.1", p)
+                and smoke.port_is_free("127.0.0.1", p + 10000))
 
 
 def serve_and_decode(tree: str, out_dir: Path) -> dict:
