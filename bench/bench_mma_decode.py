@@ -2,6 +2,7 @@
 SM90 sparse decode vs the HBM roofline, on one GPU.
 
     PATCHKIT_CACHE=$PWD/.carry python3 bench/bench_mma_decode.py [--sweep] [--configs NAMES] [--out DIR]
+    python3 bench/bench_mma_decode.py --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
 
 Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
 inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The
@@ -186,7 +187,14 @@ def main() -> None:
                          "of unused shared memory per program (sm_120 occupancy on the H200)")
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
+    ap.add_argument("--plot-from", type=Path, metavar="JSON",
+                    help="time nothing: draw the plot of a saved bench_mma_decode.json, 'ours' being the config "
+                         "pick_config picks now where the run timed it as a --configs column")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="where the plot goes (default: OUT/bench_mma_decode.png)")
     args = ap.parse_args()
+    if args.plot_from:
+        replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png")
+        return
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -282,7 +290,25 @@ def main() -> None:
     print_table(rows, bw)
     if configs:
         print_config_table(rows, configs)
-    plot(rows, out_dir / "bench_mma_decode.png")
+    draw_plot(rows, args.plot or out_dir / "bench_mma_decode.png")
+
+
+def draw_plot(rows, path):
+    from plots import PlotUnavailable, plot_mma_decode  # bench/plots.py: every docs/ plot, matplotlib optional
+
+    try:
+        plot_mma_decode(rows, path)
+        print("plot:", path)
+    except PlotUnavailable as exc:  # the JSON is the result; the picture can be drawn later (--plot-from)
+        print(exc)
+
+
+def replot(saved: Path, path: Path) -> None:
+    from plots import shipped_times
+
+    mma = load_module(OVERLAY, "flash_mla_sm120_mma")
+    rows = shipped_times(json.loads(saved.read_text())["rows"], mma.pick_config)
+    draw_plot(rows, path)
 
 
 def config_spec(mma, spec: str):
@@ -290,7 +316,7 @@ def config_spec(mma, spec: str):
     shared memory per program (a power of two), to hold the H200 (228 KB per SM) to sm_120's programs
     per SM (99 KB)."""
     name, _, pad_kb = spec.partition("@")
-    return tuple(mma.GLUON_CONFIGS[name]) + (int(pad_kb) * 1024,) if pad_kb else name
+    return tuple(mma.GLUON_CONFIGS[name]["launch"]) + (int(pad_kb) * 1024,) if pad_kb else name
 
 
 def reference_f64(inp: "Inputs", i: int) -> torch.Tensor:
@@ -358,38 +384,6 @@ def print_table(rows, bw):
         print(f"| {r['shape']} | {fmt(r['mma_us'])} | {fmt(up)} | {fmt(fm)} | {fmt(r['floor_us'], 2)} | "
               f"{fmt(up / r['mma_us'] if up else None)}x | {fmt(fm / r['mma_us'] if fm else None, 2)}x | "
               f"{100 * r['floor_us'] / r['mma_us']:.0f}% |")
-
-
-def plot(rows, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as exc:
-        print("no plot:", exc)
-        return
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
-    for H, style in ((64, "o-"), (16, "s-"), (8, "v-"), (128, "^-")):
-        rs = [r for r in rows if r["H"] == H and r["extra_topk"]]
-        if not rs:
-            continue
-        bs = [r["B"] for r in rs]
-        ax[0].plot(bs, [r["mma_us"] for r in rs], style, label=f"ours H={H}")
-        if H == 64:
-            ax[0].plot(bs, [r.get("upstream_us") or float("nan") for r in rs], "x--", label="upstream per-head H=64")
-            ax[0].plot(bs, [r.get("flashmla_us") or float("nan") for r in rs], "d--", label="FlashMLA SM90 H=64")
-            ax[0].plot(bs, [r["floor_us"] for r in rs], "k:", label="HBM floor")
-        ax[1].plot(bs, [100 * r["floor_us"] / r["mma_us"] for r in rs], style, label=f"ours H={H}")
-    ax[0].set(xscale="log", yscale="log", xlabel="batch (query rows)", ylabel="time per call (us)",
-              title="window 128 + extra 512, CUDA-graph replay")
-    ax[1].set(xscale="log", xlabel="batch (query rows)", ylabel="% of HBM roofline", title="ours: floor / time")
-    for a in ax:
-        a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print("plot:", path)
 
 
 if __name__ == "__main__":

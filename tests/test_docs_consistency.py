@@ -1,15 +1,20 @@
 """The repository's documents agree with the tree they describe (no GPU, no network).
 
 * bench/results/INDEX.md lists every raw output with its date and the section that cites it.
+* README.md's layout names every top-level directory and every module of the code directories, and nothing
+  that is gone.
 """
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Directories whose every module README.md's layout describes, one line each.
+CODE_DIRS = ("patchkit", "serving", "bench", "overlay")
 
 
 def markdown_rows(text: str) -> list[list[str]]:
@@ -77,3 +82,60 @@ def test_results_index_dates_and_citations_hold():
             part = section(text, anchor) if anchor else text
             assert part is not None, f"bench/results/INDEX.md: {name}: expected a section #{anchor} in {doc}, found none"
             assert stem in part, f"bench/results/INDEX.md: {name}: {ref} does not mention it"
+
+
+def repo_files() -> list[str]:
+    """Paths of the files in the checkout, tracked or new, without what .gitignore ignores (build/, venvs...)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout
+        return sorted(f for f in out.splitlines() if (REPO / f).is_file())
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (e.g. an unpacked archive)
+        skip = {".git", "build", "__pycache__", ".pytest_cache"}
+        return sorted(str(f.relative_to(REPO)) for f in REPO.rglob("*")
+                      if f.is_file() and not skip & set(f.relative_to(REPO).parts)
+                      and not any(part.startswith((".venv", ".carry", ".whl")) for part in f.relative_to(REPO).parts))
+
+
+def readme_layout() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """README.md's layout block: {top-level entry: description}, {top-level dir: {entry under it: description}}."""
+    text = section((REPO / "README.md").read_text(), "layout")
+    assert text, "README.md: expected a '## Layout' section, found none"
+    block = re.search(r"```\n(.*?)```", text, re.S)
+    assert block, "README.md: expected the layout as a code block in '## Layout', found none"
+    top, nested, current = {}, {}, None
+    for line in block.group(1).splitlines():
+        m = re.match(r"( *)(\S+)\s+(\S.*)$", line)
+        assert m, f"README.md layout: expected 'path  description', found {line!r}"
+        indent, name, what = m.groups()
+        if indent:
+            assert current, f"README.md layout: {name} is indented under no directory"
+            nested[current][name] = what
+        else:
+            top[name] = what
+            current = name.rstrip("/") if name.endswith("/") else None
+            if current:
+                nested[current] = {}
+    return top, nested
+
+
+def test_readme_layout_names_every_top_level_directory_and_nothing_gone():
+    top, _ = readme_layout()
+    files = repo_files()
+    dirs = {f.split("/")[0] for f in files if "/" in f}
+    missing = sorted(d + "/" for d in dirs if d + "/" not in top)
+    assert not missing, f"README.md layout: expected an entry for {missing}, found none"
+    gone = sorted(name for name in top if not (REPO / name).exists())
+    assert not gone, f"README.md layout: describes {gone}, found no such path"
+
+
+def test_readme_layout_describes_every_module_of_the_code_directories():
+    _, nested = readme_layout()
+    files = repo_files()
+    for d in CODE_DIRS:
+        assert d in nested, f"README.md layout: expected a '{d}/' entry, found none"
+        modules = {f[len(d) + 1:] for f in files if f.startswith(d + "/") and f.endswith(".py")}
+        described = {name for name in nested[d] if name.endswith(".py")}
+        assert not modules - described, f"README.md layout: {d}/: expected entries for {sorted(modules - described)}"
+        gone = sorted(name for name in nested[d] if not (REPO / d / name).exists())
+        assert not gone, f"README.md layout: {d}/: describes {gone}, found no such path"
