@@ -3,6 +3,10 @@
 * bench/results/INDEX.md lists every raw output with its date and the section that cites it.
 * README.md's layout names every top-level directory and every module of the code directories, and nothing
   that is gone.
+* Measured numbers live in BENCHMARKS.md only (with date and raw output): README.md, docs/ and the patch headers
+  cite its sections. The design notes (docs/*_notes.md) are exempt: they are the record of probes, predictions
+  and rejected variants, each table naming its raw file in bench/results, and they cite BENCHMARKS.md for what
+  shipped.
 """
 from __future__ import annotations
 
@@ -15,6 +19,12 @@ RESULTS = REPO / "bench" / "results"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Directories whose every module README.md's layout describes, one line each.
 CODE_DIRS = ("patchkit", "serving", "bench", "overlay")
+# A number with the unit of a measurement: time, rate, bandwidth, speed-up, percentage ("1.2x", "81%", "9.2 us",
+# "0.40 / 6.0 ms" is caught at its last number). Bounds and targets ("<= 13 us", ">= 99%") are not measurements.
+MEASURED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:\s?-\s?\d+(?:\.\d+)?)?"
+                      r"(?:\s?(?:us|µs|ms|tok/s|tokens/s|GB/s|TB/s|TFLOP/s|GFLOP)|x|%)(?![\w/])")
+# Datasheet figures, not measurements: (file, text).
+HARDWARE_FACTS = {("docs/serving.md", "4.8 TB/s"), ("docs/serving.md", "1.8 TB/s"), ("docs/serving.md", "2.7x")}
 
 
 def markdown_rows(text: str) -> list[list[str]]:
@@ -139,3 +149,32 @@ def test_readme_layout_describes_every_module_of_the_code_directories():
         assert not modules - described, f"README.md layout: {d}/: expected entries for {sorted(modules - described)}"
         gone = sorted(name for name in nested[d] if not (REPO / d / name).exists())
         assert not gone, f"README.md layout: {d}/: describes {gone}, found no such path"
+
+
+def prose_documents() -> dict[str, str]:
+    """README.md, docs/*.md but the design notes, and each patch's header (its diff body is upstream code)."""
+    docs = {"README.md": (REPO / "README.md").read_text()}
+    docs.update({f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))
+                 if not p.name.endswith("_notes.md")})
+    for p in sorted((REPO / "patches").glob("*/*.patch")):
+        docs[str(p.relative_to(REPO))] = p.read_text().split("\ndiff --git", 1)[0]
+    return docs
+
+
+def test_measured_numbers_are_stated_only_in_benchmarks():
+    restated = []
+    for name, text in prose_documents().items():
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for m in MEASURED.finditer(line):
+                if line[: m.start()].rstrip().endswith(("<", ">", "=")) or (name, m.group(0)) in HARDWARE_FACTS:
+                    continue
+                restated.append(f"{name}:{lineno}: {m.group(0)!r}")
+    assert not restated, ("expected measured numbers only in BENCHMARKS.md (cite its section instead), found: "
+                          + "; ".join(restated))
+
+
+def test_benchmarks_tables_hold_no_tool_output():
+    """A pasted warning or log line inside a table breaks the table and is not a result."""
+    for lineno, line in enumerate((REPO / "BENCHMARKS.md").read_text().splitlines(), 1):
+        assert not re.search(r"\b\w*(Warning|Error)\b:|warnings\.warn\(", line), \
+            f"BENCHMARKS.md:{lineno}: expected prose or a table row, found tool output: {line[:120]!r}"
