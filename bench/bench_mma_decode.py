@@ -1,18 +1,16 @@
 """P1 benchmark: MMA sparse-MLA decode vs the pinned upstream per-head Triton kernel vs FlashMLA's
 SM90 sparse decode vs the HBM roofline, on one GPU.
 
-    PATCHKIT_CACHE=$PWD/.carry python3 bench/bench_mma_decode.py [--sweep] [--with-experiments] [--out DIR]
+    PATCHKIT_CACHE=$PWD/.carry python3 bench/bench_mma_decode.py [--sweep] [--configs NAMES] [--out DIR]
+    python3 bench/bench_mma_decode.py --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
 
 Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
 inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The
 roofline is the KV bytes a call must read (584 per valid token) over the copy bandwidth
 measured in the same run. The upstream kernel is loaded from the pinned sglang wheel;
 FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
-`--with-experiments` also times every bench/experiments/mma_decode_*.py module that defines
-`EXPERIMENT_VARIANTS` ({name: config}) and `mma_sparse_decode(q, k_cache, indices, topk_length,
-attn_sink, softmax_scale, extra_k_cache, extra_indices, extra_topk_length, config=..., num_splits=None)`:
-one column per variant, `<module suffix>_<variant>`, and each output's largest relative
-difference from the shipped kernel's on the same inputs.
+A candidate kernel variant is timed as a config of the overlay module (`--configs`), next to the
+shipped dispatch and with its error against float64.
 """
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ sys.path.insert(0, str(REPO / "tests"))
 from upstream import load_module  # noqa: E402
 
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-EXPERIMENTS = REPO / "bench/experiments"
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
 ROTATE = 8
 BYTES_PER_TOKEN = 584
@@ -57,24 +54,6 @@ def load_upstream():
     with zipfile.ZipFile(wheel) as zf:
         zf.extract(UPSTREAM_KERNEL, tmp)
     return load_module(tmp / UPSTREAM_KERNEL, "pinned_flash_mla_sm120_triton")
-
-
-def load_experiments() -> dict:
-    """{column name: (module, config)} for every experiment module that follows the contract."""
-    columns = {}
-    for path in sorted(EXPERIMENTS.glob("mma_decode_*.py")):
-        suffix = path.stem[len("mma_decode_"):]
-        try:
-            mod = load_module(path, f"experiment_{path.stem}")
-        except Exception as exc:  # report, keep benchmarking the rest
-            print(f"experiment {path.name} not loaded: {type(exc).__name__}: {exc}"[:300])
-            continue
-        variants = getattr(mod, "EXPERIMENT_VARIANTS", None)
-        if not isinstance(variants, dict) or not callable(getattr(mod, "mma_sparse_decode", None)):
-            continue
-        for name, cfg in variants.items():
-            columns[f"{suffix}_{name}"] = (mod, cfg)
-    return columns
 
 
 def load_flashmla():
@@ -202,24 +181,25 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "build" / "bench")),
                     help="where the JSON and the PNG go (default: $OUT or build/bench)")
     ap.add_argument("--no-upstream", action="store_true")
-    ap.add_argument("--with-experiments", action="store_true",
-                    help="also time the variants of every bench/experiments/mma_decode_*.py module "
-                         "that defines EXPERIMENT_VARIANTS and mma_sparse_decode")
     ap.add_argument("--configs", default="",
                     help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "
                          "(default split rule) with its error against float64; '<gluon name>@<KB>' adds KB "
                          "of unused shared memory per program (sm_120 occupancy on the H200)")
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
+    ap.add_argument("--plot-from", type=Path, metavar="JSON",
+                    help="time nothing: draw the plot of a saved bench_mma_decode.json, 'ours' being the config "
+                         "pick_config picks now where the run timed it as a --configs column")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="where the plot goes (default: OUT/bench_mma_decode.png)")
     args = ap.parse_args()
+    if args.plot_from:
+        replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png")
+        return
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     print_header()
     mma = load_module(OVERLAY, "flash_mla_sm120_mma")
-    experiments = load_experiments() if args.with_experiments else {}
-    if args.with_experiments:
-        print("experiments:", ", ".join(experiments) if experiments else "no experiments")
     upstream = None if args.no_upstream else load_upstream()
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
@@ -256,8 +236,6 @@ def main() -> None:
             except Exception as exc:  # report, keep benchmarking the rest
                 row[f"cfg_{name}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
                 print(f"{name} failed:", row[f"cfg_{name}_fail"])
-        if experiments:
-            time_experiments(experiments, mma, inp, row)
         if upstream is not None:
             reps = 3 if s.B * s.H >= 64 * 64 else 10
             row["upstream_us"] = graph_time_us(
@@ -312,9 +290,25 @@ def main() -> None:
     print_table(rows, bw)
     if configs:
         print_config_table(rows, configs)
-    if experiments:
-        print_experiment_table(rows, list(experiments))
-    plot(rows, out_dir / "bench_mma_decode.png")
+    draw_plot(rows, args.plot or out_dir / "bench_mma_decode.png")
+
+
+def draw_plot(rows, path):
+    from plots import PlotUnavailable, plot_mma_decode  # bench/plots.py: every docs/ plot, matplotlib optional
+
+    try:
+        plot_mma_decode(rows, path)
+        print("plot:", path)
+    except PlotUnavailable as exc:  # the JSON is the result; the picture can be drawn later (--plot-from)
+        print(exc)
+
+
+def replot(saved: Path, path: Path) -> None:
+    from plots import shipped_times
+
+    mma = load_module(OVERLAY, "flash_mla_sm120_mma")
+    rows = shipped_times(json.loads(saved.read_text())["rows"], mma.pick_config)
+    draw_plot(rows, path)
 
 
 def config_spec(mma, spec: str):
@@ -322,7 +316,7 @@ def config_spec(mma, spec: str):
     shared memory per program (a power of two), to hold the H200 (228 KB per SM) to sm_120's programs
     per SM (99 KB)."""
     name, _, pad_kb = spec.partition("@")
-    return tuple(mma.GLUON_CONFIGS[name]) + (int(pad_kb) * 1024,) if pad_kb else name
+    return tuple(mma.GLUON_CONFIGS[name]["launch"]) + (int(pad_kb) * 1024,) if pad_kb else name
 
 
 def reference_f64(inp: "Inputs", i: int) -> torch.Tensor:
@@ -367,27 +361,6 @@ def print_config_table(rows, names):
               + f" | {fmt(r.get('flashmla_us'))} | " + " / ".join("-" if e is None else f"{e:.1e}" for e in errs) + " |")
 
 
-def time_experiments(experiments, mma, inp, row):
-    """Each experiment variant: time per call, and the output's relative difference from the
-    shipped kernel's on the same inputs (a GPU correctness check in the same run)."""
-    ref = mma.flash_mla_sparse_decode_mma(*inp.args(0))[0].double()
-
-    def rel(out):
-        return ((out.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
-
-    for name, (mod, cfg) in experiments.items():
-        def call(i, mod=mod, cfg=cfg):
-            a = inp.args(i)
-            return mod.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=cfg, num_splits=None)
-
-        try:
-            row[f"{name}_rel_diff"] = rel(call(0)[0])
-            row[f"{name}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
-        except Exception as exc:  # report, keep benchmarking the rest
-            row[f"{name}_err"] = f"{type(exc).__name__}: {exc}"[:200]
-            print(f"{name} failed:", row[f"{name}_err"])
-
-
 def print_best(sweep):
     best = {}
     for r in sweep:
@@ -411,50 +384,6 @@ def print_table(rows, bw):
         print(f"| {r['shape']} | {fmt(r['mma_us'])} | {fmt(up)} | {fmt(fm)} | {fmt(r['floor_us'], 2)} | "
               f"{fmt(up / r['mma_us'] if up else None)}x | {fmt(fm / r['mma_us'] if fm else None, 2)}x | "
               f"{100 * r['floor_us'] / r['mma_us']:.0f}% |")
-
-
-def print_experiment_table(rows, names):
-    print()
-    print("| shape | shipped (us) | FlashMLA SM90 (us) | " + " | ".join(f"{n} (us)" for n in names)
-          + " | max rel diff vs shipped |")
-    print("|---|---:|---:|" + "---:|" * len(names) + "---:|")
-    for r in rows:
-        diffs = [r[f"{n}_rel_diff"] for n in names if f"{n}_rel_diff" in r]
-        print(f"| {r['shape']} | {fmt(r['mma_us'])} | {fmt(r.get('flashmla_us'))} | "
-              + " | ".join(fmt(r.get(f"{n}_us")) for n in names)
-              + f" | {f'{max(diffs):.1e}' if diffs else '-'} |")
-
-
-def plot(rows, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as exc:
-        print("no plot:", exc)
-        return
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
-    for H, style in ((64, "o-"), (16, "s-"), (8, "v-"), (128, "^-")):
-        rs = [r for r in rows if r["H"] == H and r["extra_topk"]]
-        if not rs:
-            continue
-        bs = [r["B"] for r in rs]
-        ax[0].plot(bs, [r["mma_us"] for r in rs], style, label=f"ours H={H}")
-        if H == 64:
-            ax[0].plot(bs, [r.get("upstream_us") or float("nan") for r in rs], "x--", label="upstream per-head H=64")
-            ax[0].plot(bs, [r.get("flashmla_us") or float("nan") for r in rs], "d--", label="FlashMLA SM90 H=64")
-            ax[0].plot(bs, [r["floor_us"] for r in rs], "k:", label="HBM floor")
-        ax[1].plot(bs, [100 * r["floor_us"] / r["mma_us"] for r in rs], style, label=f"ours H={H}")
-    ax[0].set(xscale="log", yscale="log", xlabel="batch (query rows)", ylabel="time per call (us)",
-              title="window 128 + extra 512, CUDA-graph replay")
-    ax[1].set(xscale="log", xlabel="batch (query rows)", ylabel="% of HBM roofline", title="ours: floor / time")
-    for a in ax:
-        a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print("plot:", path)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def expectation(upstream: str, patch: PatchFile) -> Expect:
 
 
 def repo_copy(dest: Path) -> Path:
-    """The repo's data and CLI (plus BENCHMARKS.md) in a scratch directory: tests never write /work/main."""
+    """The repo's data and CLI (plus BENCHMARKS.md) in a scratch directory: tests never write the checkout."""
     copy_repo_data(dest)
     if (REPO / "BENCHMARKS.md").exists():
         shutil.copy2(REPO / "BENCHMARKS.md", dest / "BENCHMARKS.md")

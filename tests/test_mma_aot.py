@@ -121,17 +121,19 @@ def _compile_all() -> list[dict]:
         return {"shared": k.metadata.shared, **ptxas_report(k.asm["ptx"], arch)}
 
     for arch in ARCHS:
-        for name, (bh, bt, warps, stages) in mod.MMA_CONFIGS.items():
+        for name, cfg in mod.MMA_CONFIGS.items():
+            bh, bt, warps, stages = cfg["launch"]
             for split in (False, True):
                 for suffix, over in CACHE_VARIANTS.items():
                     const = {**decode_constexprs(bh, bt, split), **over}
                     info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, warps, stages, arch)
                     rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}{suffix}", **info})
         for name, cfg in mod.GLUON_CONFIGS.items():
+            launch = cfg["launch"]
             for split in (False, True):
                 for suffix, over in CACHE_VARIANTS.items():
-                    const = {**gluon_constexprs(cfg, split), **over}
-                    info = build(mod._gluon_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, cfg[2], 1, arch)
+                    const = {**gluon_constexprs(launch, split), **over}
+                    info = build(mod._gluon_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, launch[2], 1, arch)
                     rows.append({"arch": arch, "kernel": f"gluon/{name}/split={split}{suffix}", **info})
         # Both combine shapes combine_launch picks: few rows (all splits at once), many rows.
         for label, (batch, heads, splits) in {"combine/few-rows": (1, 64, 40), "combine/many-rows": (16, 64, 4)}.items():

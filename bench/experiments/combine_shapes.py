@@ -59,7 +59,7 @@ def main():
     for s in SHAPES:
         inp = bm.Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
         cfg = mma.pick_config(s.H, s.B)
-        n = mma.pick_num_splits(s.B, triton.cdiv(s.H, mma.MMA_CONFIGS[cfg][0]), s.topk + s.extra_topk, mma._num_sms(0), cfg)
+        n = mma.pick_num_splits(s.B, triton.cdiv(s.H, mma.MMA_CONFIGS[cfg]["launch"][0]), s.topk + s.extra_topk, mma._num_sms(0), cfg)
         if n == 1:
             continue
         call = lambda i: mma.mma_sparse_decode(*inp.args(i)[:5], bm.SCALE, *inp.args(i)[7:])  # noqa: E731

@@ -111,7 +111,7 @@ def variants(extra=()):
     from upstream import load_module
 
     mod = load_module(SHIPPED_PATH, "flash_mla_sm120_mma_count")
-    configs = dict(mod.MMA_CONFIGS)
+    configs = {name: cfg["launch"] for name, cfg in mod.MMA_CONFIGS.items()}
     configs.update({"h{}_t{}_w{}_s{}".format(*c): c for c in extra})
     return [(f"shipped {name}", mod._mma_sparse_decode_kernel, decode_constexprs(bh, bt, False), w, st)
             for name, (bh, bt, w, st) in configs.items()]

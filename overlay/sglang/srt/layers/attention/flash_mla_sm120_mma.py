@@ -41,8 +41,15 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-_D = 512  # q / output head dim: 448 nope + 64 rope
-_LOG2E = 1.4426950408889634
+# Sizes of the KV layout above and of a head. tl.constexpr so the kernels can read them (Triton
+# kernels see only constexpr globals); host code reads `.value`.
+_NOPE_DIM = tl.constexpr(448)  # fp8 "nope" values of a token (7 groups of 64, one byte each); rope follows
+_TOKEN_DATA_BYTES = tl.constexpr(576)  # a token's 448 nope bytes + its 64 bf16 rope values
+_TOKEN_SCALE_BYTES = tl.constexpr(8)  # its 7 UE8M0 scale bytes + 1 pad, in the page footer
+_TOKEN_BYTES = tl.constexpr(584)  # data + scale bytes: the last dim of a [pages, P, 1, 584] cache view
+_D = tl.constexpr(512)  # q / output head dim: 448 nope + 64 rope
+_LOG2E = tl.constexpr(1.4426950408889634)  # natural log -> log2 domain (the kernels use exp2 / log2)
+_LN2 = tl.constexpr(0.6931471805599453)  # log2 -> natural log (the LSE the caller gets)
 
 
 @triton.jit
@@ -128,8 +135,8 @@ def _load_tile(
     else:
         page = (idx // page_size).to(tl.int64)
         off = idx % page_size
-    data = base + tl.multiple_of(page * page_bytes + off * 576, 64)
-    scale = base + (page * page_bytes + (page_size * 576 + off * 8))
+    data = base + tl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
+    scale = base + (page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES))
     dim = tl.arange(0, 64)
     m = valid[:, None]
     # [T, 2, 32] so that the reshape to [T, 64] after dequantising keeps Triton from moving the
@@ -144,7 +151,7 @@ def _load_tile(
     r4 = tl.load(p3 + 256, mask=m3, other=0)
     r5 = tl.load(p3 + 320, mask=m3, other=0)
     r6 = tl.load(p3 + 384, mask=m3, other=0)
-    rope = tl.load((data + 448).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
+    rope = tl.load((data + _NOPE_DIM).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
     # Two int32 words in the [T] layout the group multiplies use: a [T, 8] byte tile sliced per
     # group went through shared memory once per group.
     s32 = scale.to(tl.pointer_type(tl.int32))
@@ -179,7 +186,7 @@ def _finish_rows(m2, l, sink_ptr, heads, head_ok, HAS_SINK: tl.constexpr):
     lse2 = tl.where(has_tok, m2 + tl.math.log2(safe_l), float("-inf"))
     factor = tl.where(has_tok, 1.0 / safe_l, 0.0)
     if HAS_SINK:
-        sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
+        sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * _LOG2E
         w, lse2 = _sink_weight(lse2, sink2)
         factor = tl.where(has_tok, factor * w, 0.0)  # w is NaN for lse2 = sink2 = -inf
     return factor, lse2
@@ -336,11 +343,11 @@ def _mma_sparse_decode_kernel(
         factor, lse2 = _finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
         base = (row * num_splits + split) * H + heads
         tl.store(part_lse_ptr + base, lse2, mask=head_ok)
-        o_ptrs = part_out_ptr + base[:, None] * 512 + dim[None, :]
+        o_ptrs = part_out_ptr + base[:, None] * _D + dim[None, :]
     else:
         factor, lse2 = _finish_rows(m_i, l_i, sink_ptr, heads, head_ok, HAS_SINK)
-        tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
-        o_ptrs = out_ptr + (row * H + heads)[:, None] * 512 + dim[None, :]
+        tl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
+        o_ptrs = out_ptr + (row * H + heads)[:, None] * _D + dim[None, :]
     o_mask = head_ok[:, None]
     _store_chunk(o_ptrs, acc0, factor, o_mask, 0)
     _store_chunk(o_ptrs, acc1, factor, o_mask, 1)
@@ -383,7 +390,7 @@ def _combine_splits_kernel(
         base = (row * num_splits + sp)[:, None] * H + heads[None, :]  # [splits, heads]
         # Splits without a token hold lse = -inf and a zero partial, so no load waits on a weight.
         lse_s = tl.load(part_lse_ptr + base, mask=ok, other=float("-inf"))
-        o_s = tl.load(part_out_ptr + base[:, :, None] * 512 + cols[None, None, :], mask=ok[:, :, None], other=0.0)
+        o_s = tl.load(part_out_ptr + base[:, :, None] * _D + cols[None, None, :], mask=ok[:, :, None], other=0.0)
         new_hi = tl.maximum(hi, tl.max(lse_s, 0))
         new_safe = tl.where(new_hi == float("-inf"), 0.0, new_hi)
         alpha = tl.math.exp2(hi - new_safe)
@@ -394,9 +401,9 @@ def _combine_splits_kernel(
     hi_safe = tl.where(hi == float("-inf"), 0.0, hi)
     factor, lse2 = _finish_rows(hi_safe, tok_w, sink_ptr, heads, head_ok, HAS_SINK)
     o = acc * factor[:, None]
-    tl.store(out_ptr + (row * H + heads)[:, None] * 512 + cols[None, :], o.to(tl.bfloat16), mask=head_ok[:, None])
+    tl.store(out_ptr + (row * H + heads)[:, None] * _D + cols[None, :], o.to(tl.bfloat16), mask=head_ok[:, None])
     if d0 == 0:
-        tl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
+        tl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
 
 
 
@@ -510,8 +517,8 @@ def _g_issue_tile(idx, pos, n_main, nope_s, rope_s, sc_s,
     else:
         page = (idx // page_size).to(gl.int64)
         off = idx % page_size
-    data = base + gl.multiple_of(page * page_bytes + off * 576, 64)
-    scale = base + (page * page_bytes + (page_size * 576 + off * 8))
+    data = base + gl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
+    scale = base + (page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES))
 
     # One token -> thread mapping (lane // 4 + 8 * warp) in all three copy layouts, so the per-token
     # address converts between them without data movement.
@@ -528,7 +535,7 @@ def _g_issue_tile(idx, pos, n_main, nope_s, rope_s, sc_s,
     dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
     vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
     cr = gl.arange(0, 64, layout=gl.SliceLayout(0, LR))
-    pr = (dr + 448).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
+    pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
     async_copy.async_copy_global_to_shared(rope_s, pr, mask=vr[:, None] & (cr < 64)[None, :])
 
     # The 7 UE8M0 bytes (+1 pad) of a token as one 8-byte word (the 4 lanes of a token copy it alike).
@@ -551,7 +558,7 @@ def _g_finish_rows(m2, l, sink_ptr, heads, head_ok, HAS_SINK: gl.constexpr):
     lse2 = gl.where(has_tok, m2 + gl.log2(safe_l), float("-inf"))
     factor = gl.where(has_tok, 1.0 / safe_l, 0.0)
     if HAS_SINK:
-        sink2 = gl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * 1.4426950408889634
+        sink2 = gl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * _LOG2E
         w = 1.0 / (1.0 + gl.exp2(sink2 - lse2))
         hi = gl.maximum(lse2, sink2)
         inf_hi = (hi == float("inf")) | (hi == float("-inf"))
@@ -759,11 +766,11 @@ def _gluon_sparse_decode_kernel(
         factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
         base = (row * num_splits + split) * H + heads
         gl.store(part_lse_ptr + base, lse2, mask=head_ok)
-        o_ptrs = part_out_ptr + base[:, None] * 512 + dim[None, :]
+        o_ptrs = part_out_ptr + base[:, None] * _D + dim[None, :]
     else:
         factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, HAS_SINK)
-        gl.store(lse_ptr + row * H + heads, lse2 * 0.6931471805599453, mask=head_ok)
-        o_ptrs = out_ptr + (row * H + heads)[:, None] * 512 + dim[None, :]
+        gl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
+        o_ptrs = out_ptr + (row * H + heads)[:, None] * _D + dim[None, :]
     o_mask = head_ok[:, None] & (dim < 64)[None, :]
     f = factor[:, None]
     if BITS:
@@ -777,30 +784,32 @@ def _gluon_sparse_decode_kernel(
     gl.store(o_ptrs + 256, (acc4 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
     gl.store(o_ptrs + 320, (acc5 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
     gl.store(o_ptrs + 384, (acc6 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
-    gl.store(o_ptrs + 448, (acc7 * f).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + _NOPE_DIM, (acc7 * f).to(o_ptrs.dtype.element_ty), mask=o_mask)
 
 
 # ----------------------------------------------------------------------------- configs
-# (BLOCK_H, BLOCK_T, num_warps, num_stages). Every entry is compiled for sm_120 and sm_90 by
-# tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no register spills).
+# One entry per config, everything about it in one place: `launch`, the kernel's compile-time shape, and the
+# split rule pick_num_splits applies to it: `per_sm` programs resident per SM (sm_120; by shared memory and
+# registers) and `min_split`, the smallest slice of a row's token list worth a split of its own. Every entry
+# is compiled for sm_120 and sm_90 by tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no
+# register spills).
+# Triton kernel: launch = (BLOCK_H, BLOCK_T, num_warps, num_stages).
 MMA_CONFIGS = {
-    "h16_t16_w4": (16, 16, 4, 1),  # 33 KB shared, ~232 registers: two CTAs per SM on sm_120 and sm_90
-    "h16_t64_w8": (16, 64, 8, 1),
-    "h32_t32_w8": (32, 32, 8, 1),
+    # 33 KB shared, ~232 registers: two CTAs per SM on sm_120 and sm_90
+    "h16_t16_w4": dict(launch=(16, 16, 4, 1), per_sm=2, min_split=32),
+    "h16_t64_w8": dict(launch=(16, 64, 8, 1), per_sm=1, min_split=64),
+    "h32_t32_w8": dict(launch=(32, 32, 8, 1), per_sm=1, min_split=64),
 }
-# Gluon kernel configs (16 heads per program): (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS, DQ). Q_SMEM
-# keeps q in shared memory (else it is re-read from L1 per tile); BITS converts fp8 by bit placement on
-# the integer pipe instead of cvt; DQ dequantises each tile once into a bf16 copy for both MMAs. Also compiled for sm_120 and sm_90 by tests/test_mma_aot.py.
+# Gluon kernel (16 heads per program): launch = (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS, DQ). Q_SMEM keeps
+# q in shared memory (else it is re-read from L1 per tile); BITS converts fp8 by bit placement on the
+# integer pipe instead of cvt; DQ dequantises each tile once into a bf16 copy for both MMAs. per_sm: two
+# programs on sm_120 with <= 49 KB of shared memory, else one.
 GLUON_CONFIGS = {
-    "g32s2": (32, 2, 4, False, False, False),  # 42 KB: two programs per SM on sm_120
-    "g32s2q": (32, 2, 4, True, False, False),  # 59 KB: one on sm_120
-    "g32dqq": (32, 2, 4, True, True, True),  # 92 KB: one on sm_120
+    "g32s2": dict(launch=(32, 2, 4, False, False, False), per_sm=2, min_split=64),  # 42 KB
+    "g32s2q": dict(launch=(32, 2, 4, True, False, False), per_sm=1, min_split=64),  # 59 KB
+    "g32dqq": dict(launch=(32, 2, 4, True, True, True), per_sm=1, min_split=64),  # 92 KB
 }
-# Per config: (CTAs resident per SM, smallest list slice worth a split of its own). The Gluon
-# configs count sm_120's resident programs (two with <= 49 KB of shared memory, else one).
-SPLIT_RULES = {"h16_t16_w4": (2, 32), "h16_t64_w8": (1, 64), "h32_t32_w8": (1, 64),
-               "g32s2": (2, 64), "g32s2q": (1, 64), "g32dqq": (1, 64)}
-_DEFAULT_SPLIT_RULE = (1, 64)  # configs given as tuples (tests, benchmarks)
+_TUPLE_CONFIG_SPLIT_RULE = dict(per_sm=1, min_split=64)  # configs given as launch tuples (tests, benchmarks)
 # Rows x heads up to which the combine loads every split at once (see combine_launch).
 _WIDE_COMBINE_MAX_ROW_HEADS = 512
 
@@ -827,7 +836,7 @@ def pick_config(num_heads: int, batch: int) -> str:
 
 
 def pick_triton_config(num_heads: int, batch: int) -> str:
-    """Static choice by shape, from the H200 split grid (bench/results/probe_splits.txt,
+    """Static choice by shape, from the H200 split grid (bench/results/2026-11-29-probe-splits.txt,
     docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
     (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
     twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads."""
@@ -842,10 +851,10 @@ def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int, con
     """Split each row's token list until rows x head groups x splits fills the resident CTA slots
     once (a second wave of splits cost more in partial-output traffic than it gained), keeping
     at least the config's smallest slice per split."""
-    # A named config must have its own rule (KeyError otherwise); tuples get the default.
-    per_sm, min_tokens = SPLIT_RULES[config] if isinstance(config, str) else _DEFAULT_SPLIT_RULE
-    want = max(1, per_sm * sms // (batch * head_groups))
-    most = max(1, list_width // min_tokens)
+    # A named config must exist (KeyError otherwise); launch tuples get the default rule.
+    rule = (MMA_CONFIGS.get(config) or GLUON_CONFIGS[config]) if isinstance(config, str) else _TUPLE_CONFIG_SPLIT_RULE
+    want = max(1, rule["per_sm"] * sms // (batch * head_groups))
+    most = max(1, list_width // rule["min_split"])
     return min(want, most)
 
 
@@ -860,7 +869,7 @@ def combine_launch(batch: int, num_heads: int, num_splits: int):
         bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
     else:
         bh, bd, at_once = 16, 512, 1
-    return (batch, triton.cdiv(num_heads, bh), _D // bd), bh, bd, at_once, 4
+    return (batch, triton.cdiv(num_heads, bh), _D.value // bd), bh, bd, at_once, 4
 
 
 def _interpreted() -> bool:
@@ -906,12 +915,12 @@ def mma_sparse_decode(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Launch the kernels; returns (out [B,1,H,512] bf16, lse [B,H,1] f32).
 
-    `config` (a MMA_CONFIGS name or a (BLOCK_H, BLOCK_T, warps, stages) tuple) and
+    `config` (a MMA_CONFIGS / GLUON_CONFIGS name or a launch tuple) and
     `num_splits` override the shape table (benchmarks and tests use them).
     """
     B, s_q, H, D = q.shape
-    assert s_q == 1 and D == _D, f"expected q [B, 1, H, 512], got {tuple(q.shape)}"
-    assert k_cache.element_size() == 1 and k_cache.shape[-1] == 584
+    assert s_q == 1 and D == _D.value, f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
+    assert k_cache.element_size() == 1 and k_cache.shape[-1] == _TOKEN_BYTES.value
     has_extra = extra_k_cache is not None and extra_indices is not None
     q3 = q.reshape(B, H, D)
     if q3.stride(-1) != 1:
@@ -921,7 +930,7 @@ def mma_sparse_decode(
     main_u8 = _flat_u8(k_cache)
     main_page = k_cache.shape[1]
     if has_extra:
-        assert extra_k_cache.element_size() == 1 and extra_k_cache.shape[-1] == 584
+        assert extra_k_cache.element_size() == 1 and extra_k_cache.shape[-1] == _TOKEN_BYTES.value
         extra_idx = _int32_rows(extra_indices, B)
         extra_u8 = _flat_u8(extra_k_cache)
         extra_page, extra_page_bytes = extra_k_cache.shape[1], extra_k_cache.stride(0)
@@ -940,12 +949,12 @@ def mma_sparse_decode(
     use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
     if use_gluon:
         # A tuple may carry a 7th entry: benchmark-only shared-memory padding in bytes (occupancy proxy).
-        gcfg = GLUON_CONFIGS[config] if isinstance(config, str) else config
+        gcfg = GLUON_CONFIGS[config]["launch"] if isinstance(config, str) else config
         block_t, stages, warps, q_smem, bits, dq = gcfg[:6]
         pad = gcfg[6] if len(gcfg) > 6 else 0
         block_h = 16
     else:
-        block_h, block_t, warps, stages = MMA_CONFIGS[config] if isinstance(config, str) else config
+        block_h, block_t, warps, stages = MMA_CONFIGS[config]["launch"] if isinstance(config, str) else config
     head_groups = triton.cdiv(H, block_h)
     if num_splits is None:
         sms = _num_sms(q.device.index) if q.is_cuda else 8
@@ -973,7 +982,7 @@ def mma_sparse_decode(
         extra_topk_length if (has_extra and extra_topk_length is not None) else dummy_len,
         extra_idx.shape[1] if has_extra else 0, extra_page, extra_page_bytes, extra_shift or 0,
         sink, out, lse, part_out, part_lse,
-        H, num_splits, softmax_scale * _LOG2E,
+        H, num_splits, softmax_scale * _LOG2E.value,
     )
     flags = dict(
         HAS_MAIN_LEN=topk_length is not None,
@@ -1049,7 +1058,7 @@ def flash_mla_sparse_decode_mma(
 
     lse is the natural-log LSE over the valid tokens of both caches and the sink.
     """
-    assert head_dim_v == _D, f"head_dim_v must be {_D}"
+    assert head_dim_v == _D.value, f"head_dim_v must be {_D.value}"
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** (-0.5)
     if extra_k_cache is None or extra_indices is None:

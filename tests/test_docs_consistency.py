@@ -1,0 +1,180 @@
+"""The repository's documents agree with the tree they describe (no GPU, no network).
+
+* bench/results/INDEX.md lists every raw output with its date and the section that cites it.
+* README.md's layout names every top-level directory and every module of the code directories, and nothing
+  that is gone.
+* Measured numbers live in BENCHMARKS.md only (with date and raw output): README.md, docs/ and the patch headers
+  cite its sections. The design notes (docs/*_notes.md) are exempt: they are the record of probes, predictions
+  and rejected variants, each table naming its raw file in bench/results, and they cite BENCHMARKS.md for what
+  shipped.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Directories whose every module README.md's layout describes, one line each.
+CODE_DIRS = ("patchkit", "serving", "bench", "overlay")
+# A number with the unit of a measurement: time, rate, bandwidth, speed-up, percentage ("1.2x", "81%", "9.2 us",
+# "0.40 / 6.0 ms" is caught at its last number). Bounds and targets ("<= 13 us", ">= 99%") are not measurements.
+MEASURED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:\s?-\s?\d+(?:\.\d+)?)?"
+                      r"(?:\s?(?:us|µs|ms|tok/s|tokens/s|GB/s|TB/s|TFLOP/s|GFLOP)|x|%)(?![\w/])")
+# Datasheet figures, not measurements: (file, text).
+HARDWARE_FACTS = {("docs/serving.md", "4.8 TB/s"), ("docs/serving.md", "1.8 TB/s"), ("docs/serving.md", "2.7x")}
+
+
+def markdown_rows(text: str) -> list[list[str]]:
+    """The body rows of every markdown table in `text`, as stripped cells (header and rule rows dropped)."""
+    rows, in_table = [], False
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not in_table:
+            in_table = True  # the header row
+        elif not all(set(c) <= set("-: ") for c in cells):
+            rows.append(cells)
+    return rows
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def section(text: str, anchor: str) -> str | None:
+    """The text from the heading whose anchor is `anchor` to the next heading of the same or a higher level."""
+    lines, start, level = text.splitlines(), None, 0
+    fence = False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fence = not fence
+        m = None if fence else re.match(r"(#+) (.*)", line)
+        if not m:
+            continue
+        if start is None and slug(m.group(2)) == anchor:
+            start, level = i, len(m.group(1))
+        elif start is not None and len(m.group(1)) <= level:
+            return "\n".join(lines[start:i])
+    return "\n".join(lines[start:]) if start is not None else None
+
+
+def results_index() -> dict[str, list[str]]:
+    rows = markdown_rows((RESULTS / "INDEX.md").read_text())
+    assert rows, "bench/results/INDEX.md has no table"
+    return {r[0].strip("`"): r for r in rows}
+
+
+def test_results_index_lists_exactly_what_is_there():
+    present = {p.name + ("/" if p.is_dir() else "") for p in RESULTS.iterdir() if p.name != "INDEX.md"}
+    listed = set(results_index())
+    assert not present - listed, f"bench/results/INDEX.md: expected an entry for {sorted(present - listed)}, found none"
+    assert not listed - present, f"bench/results/INDEX.md: lists {sorted(listed - present)}, found no such file"
+
+
+def test_results_index_dates_and_citations_hold():
+    for name, (_, date, produced_by, cited_in, *_rest) in results_index().items():
+        assert DATE.fullmatch(date) and name.startswith(date), \
+            f"bench/results/INDEX.md: {name}: expected a name starting with its date, found date {date!r}"
+        assert produced_by, f"bench/results/INDEX.md: {name}: says nothing of what produced it"
+        stem = name.rstrip("/").split(".")[0]
+        refs = [r.strip() for r in cited_in.split(",") if r.strip()]
+        assert refs, f"bench/results/INDEX.md: {name}: cited nowhere"
+        for ref in refs:
+            doc, _, anchor = ref.partition("#")
+            assert (REPO / doc).is_file(), f"bench/results/INDEX.md: {name}: expected {doc} to exist, found none"
+            text = (REPO / doc).read_text()
+            part = section(text, anchor) if anchor else text
+            assert part is not None, f"bench/results/INDEX.md: {name}: expected a section #{anchor} in {doc}, found none"
+            assert stem in part, f"bench/results/INDEX.md: {name}: {ref} does not mention it"
+
+
+def repo_files() -> list[str]:
+    """Paths of the files in the checkout, tracked or new, without what .gitignore ignores (build/, venvs...)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout
+        return sorted(f for f in out.splitlines() if (REPO / f).is_file())
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (e.g. an unpacked archive)
+        skip = {".git", "build", "__pycache__", ".pytest_cache"}
+        return sorted(str(f.relative_to(REPO)) for f in REPO.rglob("*")
+                      if f.is_file() and not skip & set(f.relative_to(REPO).parts)
+                      and not any(part.startswith((".venv", ".carry", ".whl")) for part in f.relative_to(REPO).parts))
+
+
+def readme_layout() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """README.md's layout block: {top-level entry: description}, {top-level dir: {entry under it: description}}."""
+    text = section((REPO / "README.md").read_text(), "layout")
+    assert text, "README.md: expected a '## Layout' section, found none"
+    block = re.search(r"```\n(.*?)```", text, re.S)
+    assert block, "README.md: expected the layout as a code block in '## Layout', found none"
+    top, nested, current = {}, {}, None
+    for line in block.group(1).splitlines():
+        m = re.match(r"( *)(\S+)\s+(\S.*)$", line)
+        assert m, f"README.md layout: expected 'path  description', found {line!r}"
+        indent, name, what = m.groups()
+        if indent:
+            assert current, f"README.md layout: {name} is indented under no directory"
+            nested[current][name] = what
+        else:
+            top[name] = what
+            current = name.rstrip("/") if name.endswith("/") else None
+            if current:
+                nested[current] = {}
+    return top, nested
+
+
+def test_readme_layout_names_every_top_level_directory_and_nothing_gone():
+    top, _ = readme_layout()
+    files = repo_files()
+    dirs = {f.split("/")[0] for f in files if "/" in f}
+    missing = sorted(d + "/" for d in dirs if d + "/" not in top)
+    assert not missing, f"README.md layout: expected an entry for {missing}, found none"
+    gone = sorted(name for name in top if not (REPO / name).exists())
+    assert not gone, f"README.md layout: describes {gone}, found no such path"
+
+
+def test_readme_layout_describes_every_module_of_the_code_directories():
+    _, nested = readme_layout()
+    files = repo_files()
+    for d in CODE_DIRS:
+        assert d in nested, f"README.md layout: expected a '{d}/' entry, found none"
+        modules = {f[len(d) + 1:] for f in files if f.startswith(d + "/") and f.endswith(".py")}
+        described = {name for name in nested[d] if name.endswith(".py")}
+        assert not modules - described, f"README.md layout: {d}/: expected entries for {sorted(modules - described)}"
+        gone = sorted(name for name in nested[d] if not (REPO / d / name).exists())
+        assert not gone, f"README.md layout: {d}/: describes {gone}, found no such path"
+
+
+def prose_documents() -> dict[str, str]:
+    """README.md, docs/*.md but the design notes, and each patch's header (its diff body is upstream code)."""
+    docs = {"README.md": (REPO / "README.md").read_text()}
+    docs.update({f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))
+                 if not p.name.endswith("_notes.md")})
+    for p in sorted((REPO / "patches").glob("*/*.patch")):
+        docs[str(p.relative_to(REPO))] = p.read_text().split("\ndiff --git", 1)[0]
+    return docs
+
+
+def test_measured_numbers_are_stated_only_in_benchmarks():
+    restated = []
+    for name, text in prose_documents().items():
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for m in MEASURED.finditer(line):
+                if line[: m.start()].rstrip().endswith(("<", ">", "=")) or (name, m.group(0)) in HARDWARE_FACTS:
+                    continue
+                restated.append(f"{name}:{lineno}: {m.group(0)!r}")
+    assert not restated, ("expected measured numbers only in BENCHMARKS.md (cite its section instead), found: "
+                          + "; ".join(restated))
+
+
+def test_benchmarks_tables_hold_no_tool_output():
+    """A pasted warning or log line inside a table breaks the table and is not a result."""
+    for lineno, line in enumerate((REPO / "BENCHMARKS.md").read_text().splitlines(), 1):
+        assert not re.search(r"\b\w*(Warning|Error)\b:|warnings\.warn\(", line), \
+            f"BENCHMARKS.md:{lineno}: expected prose or a table row, found tool output: {line[:120]!r}"
