@@ -22,6 +22,8 @@ shapes depend on shapes only (capturable).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -33,12 +35,14 @@ BLOCK_N = 32          # 24 mixes padded to the MMA's N granularity
 # longer splits below EAGER_LARGE_T tokens (measured: 0.5 -> 14.8 us, 2 -> 22.5 us at T = 1).
 GRAPH_PROGRAMS_PER_SM = 2
 EAGER_PROGRAMS_PER_SM = 0.5
+GRAPH_PDL = True      # graph route: launch the finish kernel with programmatic dependent launch
 EAGER_LARGE_T = 1024
 _REDUCE_ELEMS = 4096          # partials the last program of a tile loads at once (registers)
 _MIN_COUNTERS = 4096          # arrival counters kept per device (tiles of 64 tokens: 256K tokens)
 
 _sm_counts: dict[int, int] = {}
 _counters: dict[int, torch.Tensor] = {}
+_pdl_ok: dict[int, bool] = {}
 _graph_route_loaded: set = set()
 
 
@@ -46,8 +50,10 @@ _graph_route_loaded: set = set()
 def _mhc_pre_partials(
     x_ptr, w_ptr, part_ptr, sq_ptr,
     T, K, N, stride_x, stride_w, k_per_split,
-    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:     # let the finish kernel's programs start now; they wait for this grid's stores
+        tl.extra.cuda.gdc_launch_dependents()
     tile = tl.program_id(0)
     split = tl.program_id(1)
     offs_t = tile * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -72,12 +78,14 @@ def _mhc_pre_partials(
 @triton.jit
 def _mhc_pre_finish(
     part_ptr, sq_ptr, out_ptr, T, N, num_splits, inv_k, eps,
-    SPLITS_POW2: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLITS_POW2: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):
     t = tl.program_id(0)
     offs_s = tl.arange(0, SPLITS_POW2)
     offs_n = tl.arange(0, BLOCK_N)
     valid = offs_s < num_splits
+    if PDL:     # launched early (programmatic dependent launch): wait until the partials are stored
+        tl.extra.cuda.gdc_wait()
     part = tl.load(part_ptr + (offs_s[:, None] * T + t) * BLOCK_N + offs_n[None, :], mask=valid[:, None], other=0.0)
     sq = tl.load(sq_ptr + offs_s * T + t, mask=valid, other=0.0)
     rsqrt = 1.0 / tl.sqrt_rn(tl.sum(sq, axis=0) * inv_k + eps)
@@ -171,16 +179,32 @@ def launch_config(T: int, K: int, sms: int, programs_per_sm: float) -> tuple[int
     return block_t, tiles, splits, k_per_split
 
 
-def _graph_route(x_flat, hc_fn, eps, mixes, T, K, N, block_t, tiles, splits, k_per_split):
+def _pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: sm_90 and newer (sm_120 included), compiled kernels only."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _pdl_ok:
+        _pdl_ok[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return _pdl_ok[index]
+
+
+def _graph_route(x_flat, hc_fn, eps, mixes, T, K, N, block_t, tiles, splits, k_per_split, pdl=None):
+    """Two launches. With programmatic dependent launch the finish kernel's programs are placed while
+    the partials kernel runs and wait on the GPU (griddepcontrol) for its stores: the second launch's
+    latency overlaps the first instead of following it (a CUDA graph keeps the programmatic edge)."""
+    if pdl is None:
+        pdl = GRAPH_PDL and _pdl_supported(x_flat.device)
     partials = torch.empty((splits * T * (BLOCK_N + 1),), dtype=torch.float32, device=x_flat.device)
     sums_sq = partials[splits * T * BLOCK_N:]
     _mhc_pre_partials[(tiles, splits)](
         x_flat, hc_fn, partials, sums_sq, T, K, N, x_flat.stride(0), hc_fn.stride(0), k_per_split,
-        BLOCK_T=block_t, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=4,
+        BLOCK_T=block_t, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PDL=pdl, num_warps=4,
     )
     _mhc_pre_finish[(T,)](
         partials, sums_sq, mixes, T, N, splits, 1.0 / K, eps,
-        SPLITS_POW2=triton.next_power_of_2(splits), BLOCK_N=BLOCK_N, num_warps=4,
+        SPLITS_POW2=triton.next_power_of_2(splits), BLOCK_N=BLOCK_N, PDL=pdl, num_warps=4,
+        **({"launch_pdl": True} if pdl else {}),
     )
 
 
