@@ -36,8 +36,8 @@ def main() -> None:
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--two-launch", default="1,2,4", help="programs_per_sm of the two-launch variants")
-    ap.add_argument("--oneshot", default="1,2", help="programs_per_sm of the one-launch variants")
+    ap.add_argument("--variants", default="2L:2,2L+pdl:1,2L+pdl:2,2L+pdl:4,1S:1",
+                    help="KIND:programs_per_sm, KIND one of 2L, 2L+pdl, 1S")
     args = ap.parse_args()
 
     pristine, patched = C.upstream_trees()
@@ -65,11 +65,13 @@ def main() -> None:
         return run
 
     variants = {}
-    for p in [float(v) for v in args.two_launch.split(",") if v]:
-        variants[f"2L p{p:g}"] = two_launch(p, False)
-        variants[f"2L+pdl p{p:g}"] = two_launch(p, True)
-    for p in [float(v) for v in args.oneshot.split(",") if v]:
-        variants[f"1S p{p:g}"] = lambda flat, hc_fn, p=p: V.mhc_pre_oneshot(flat, hc_fn, C.RMS_EPS, p)
+    for spec in args.variants.split(","):
+        kind, p = spec.split(":")
+        p = float(p)
+        if kind == "1S":
+            variants[f"1S p{p:g}"] = lambda flat, hc_fn, p=p: V.mhc_pre_oneshot(flat, hc_fn, C.RMS_EPS, p)
+        else:
+            variants[f"{kind} p{p:g}"] = two_launch(p, kind == "2L+pdl")
 
     head = ["fp32"] + list(variants) + ["best", "best x", "err"]
     print("| T | " + " | ".join(head) + " |")
