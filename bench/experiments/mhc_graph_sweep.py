@@ -4,6 +4,7 @@ Columns (us, median of --repeats x mean of --iters replays, the bench_mhc_pre.py
   fp32            pinned `hc_pre_torch_impl` (SGLang 0.5.14) replayed in a graph
   2L pP           overlay graph route, two launches, programs_per_sm=P, no PDL (P=2: the 2026-12-01 route)
   2L+pdl pP       the same with the finish kernel launched as a programmatic dependent
+  ... btN / kN    token tile capped at N rows / K slice of N (default 64 / 128)
   1S pP           experiments/mhc_graph_variants.py one-launch kernel with the unrolled split add
   err             worst error of every variant over the bf16 bound (<= 1 passes)
 Floors: graph replay of one no-op launch, two, two with PDL.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,13 +33,43 @@ from timing import capture_graph, event_ms  # noqa: E402
 from upstream import load_module  # noqa: E402
 
 
+def kernel_spans(graph, replays: int = 20):
+    """Per-kernel mean durations, mean span of one replay's kernels and mean idle gap between replays."""
+    import json
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        trace = json.load(open(f.name))
+    kernels = sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    per = len(kernels) // replays
+    if per == 0:
+        return [], float("nan"), float("nan")
+    groups = [kernels[i * per:(i + 1) * per] for i in range(replays)]
+    names = [g["name"].split("_mhc_pre_")[-1][:16] for g in groups[0]]
+    durs = [(names[j], statistics.mean(g[j]["dur"] for g in groups)) for j in range(per)]
+    span = statistics.mean(max(k["ts"] + k["dur"] for k in g) - g[0]["ts"] for g in groups)
+    gap = statistics.mean(b[0]["ts"] - max(k["ts"] + k["dur"] for k in a) for a, b in zip(groups, groups[1:]))
+    return durs, span, gap
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--variants", default="2L:2,2L+pdl:1,2L+pdl:2,2L+pdl:4,1S:1",
-                    help="KIND:programs_per_sm, KIND one of 2L, 2L+pdl, 1S")
+    ap.add_argument("--variants", default="2L:2,2L+pdl:2,2L+pdl:1,2L+pdl:2:bt32,2L+pdl:2:k64,1S:1",
+                    help="KIND:programs_per_sm[:btN][:kN], KIND one of 2L, 2L+pdl, 1S; btN caps the token tile at N,"
+                         " kN sets the K slice (two-launch only)")
+    ap.add_argument("--profile", default="", help="T values whose graphs are also profiled (kernel durations)")
+    ap.add_argument("--profile-variants", default="2L p2,2L+pdl p2,1S p1")
     args = ap.parse_args()
 
     pristine, patched = C.upstream_trees()
@@ -56,22 +88,27 @@ def main() -> None:
         print(f"floor {label}: {median_us(lambda: event_ms(g.replay, args.iters), args.repeats):.2f} us")
     print()
 
-    def two_launch(pps, pdl):
+    def two_launch(pps, pdl, max_block_t, block_k):
         def run(flat, hc_fn):
             (T, K), N = flat.shape, hc_fn.shape[0]
             mixes = torch.empty((T, 1, N), dtype=torch.float32, device=flat.device)
-            ov._graph_route(flat, hc_fn, C.RMS_EPS, mixes, T, K, N, *ov.launch_config(T, K, sms, pps), pdl=pdl)
+            config = ov.launch_config(T, K, sms, pps, max_block_t, block_k)
+            ov._graph_route(flat, hc_fn, C.RMS_EPS, mixes, T, K, N, *config, pdl=pdl, block_k=block_k)
             return mixes
         return run
 
     variants = {}
     for spec in args.variants.split(","):
-        kind, p = spec.split(":")
+        kind, p, *opts = spec.split(":")       # opts: btN (block_t cap), kN (block_k)
         p = float(p)
         if kind == "1S":
             variants[f"1S p{p:g}"] = lambda flat, hc_fn, p=p: V.mhc_pre_oneshot(flat, hc_fn, C.RMS_EPS, p)
-        else:
-            variants[f"{kind} p{p:g}"] = two_launch(p, kind == "2L+pdl")
+            continue
+        bt = next((int(o[2:]) for o in opts if o.startswith("bt")), 64)
+        bk = next((int(o[1:]) for o in opts if o.startswith("k")), ov.BLOCK_K)
+        variants[" ".join([kind, f"p{p:g}"] + opts)] = two_launch(p, kind == "2L+pdl", bt, bk)
+    profile_tokens = {int(t) for t in args.profile.split(",") if t}
+    profiles = []
 
     head = ["fp32"] + list(variants) + ["best", "best x", "err"]
     print("| T | " + " | ".join(head) + " |")
@@ -94,9 +131,23 @@ def main() -> None:
             r = bound_ratio(x, hc_fn, out[-1])
             err = max(err, r if r == r else float("inf"))     # NaN: an output left unwritten
             times[name] = median_us(lambda: event_ms(graph.replay, iters), args.repeats)
+            if tokens in profile_tokens and name in args.profile_variants.split(","):
+                try:
+                    profiles.append((tokens, name, kernel_spans(graph)))
+                except Exception as exc:          # the profiler is extra: keep the table
+                    print(f"profile T={tokens} {name}: {exc!r}")
         best = min(times, key=times.get)
         cells = [f"{base:.2f}"] + [f"{times[k]:.2f}" for k in variants] + [best, f"{base / times[best]:.2f}x", f"{err:.3f}"]
         print(f"| {tokens} | " + " | ".join(cells) + " |", flush=True)
+    if profiles:
+        print()
+        print("torch.profiler (CUPTI) over 20 replays, us (mean): kernel durations in launch order; span = first kernel's")
+        print("start to last kernel's end within a replay; gap = a replay's last kernel end to the next replay's first start")
+        print()
+        print("| T | variant | kernels | span | gap |")
+        print("|---:|---|---|---:|---:|")
+        for tokens, name, (durs, span, gap) in profiles:
+            print(f"| {tokens} | {name} | {' / '.join(f'{n} {d:.2f}' for n, d in durs)} | {span:.2f} | {gap:.2f} |")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ shapes depend on shapes only (capturable).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -167,15 +168,27 @@ def _arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     return buf
 
 
-def launch_config(T: int, K: int, sms: int, programs_per_sm: float) -> tuple[int, int, int, int]:
+# Host-side integer helpers. triton.cdiv / triton.next_power_of_2 are constexpr functions in Triton 3.6,
+# ~17x slower than plain Python when called from the host, and an eager call is bound by host time.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+@functools.lru_cache(maxsize=4096)
+def launch_config(T: int, K: int, sms: int, programs_per_sm: float, max_block_t: int = 64,
+                  block_k: int = BLOCK_K) -> tuple[int, int, int, int]:
     """(block_t, tiles, splits, k_per_split) for T tokens: a function of shapes only (graph-safe)."""
-    block_t = max(16, min(64, triton.next_power_of_2(T)))
-    tiles = triton.cdiv(T, block_t)
-    k_blocks = triton.cdiv(K, BLOCK_K)
-    # Each split takes a whole number of BLOCK_K slices; about programs_per_sm programs per SM.
-    splits = max(1, min(k_blocks, triton.cdiv(int(programs_per_sm * sms), tiles)))
-    k_per_split = triton.cdiv(k_blocks, splits) * BLOCK_K
-    splits = triton.cdiv(K, k_per_split)
+    block_t = max(16, min(max_block_t, _pow2_at_least(T)))
+    tiles = _cdiv(T, block_t)
+    k_blocks = _cdiv(K, block_k)
+    # Each split takes a whole number of block_k slices; about programs_per_sm programs per SM.
+    splits = max(1, min(k_blocks, _cdiv(int(programs_per_sm * sms), tiles)))
+    k_per_split = _cdiv(k_blocks, splits) * block_k
+    splits = _cdiv(K, k_per_split)
     return block_t, tiles, splits, k_per_split
 
 
@@ -189,7 +202,7 @@ def _pdl_supported(device: torch.device) -> bool:
     return _pdl_ok[index]
 
 
-def _graph_route(x_flat, hc_fn, eps, mixes, T, K, N, block_t, tiles, splits, k_per_split, pdl=None):
+def _graph_route(x_flat, hc_fn, eps, mixes, T, K, N, block_t, tiles, splits, k_per_split, pdl=None, block_k=BLOCK_K):
     """Two launches. With programmatic dependent launch the finish kernel's programs are placed while
     the partials kernel runs and wait on the GPU (griddepcontrol) for its stores: the second launch's
     latency overlaps the first instead of following it (a CUDA graph keeps the programmatic edge)."""
@@ -199,11 +212,11 @@ def _graph_route(x_flat, hc_fn, eps, mixes, T, K, N, block_t, tiles, splits, k_p
     sums_sq = partials[splits * T * BLOCK_N:]
     _mhc_pre_partials[(tiles, splits)](
         x_flat, hc_fn, partials, sums_sq, T, K, N, x_flat.stride(0), hc_fn.stride(0), k_per_split,
-        BLOCK_T=block_t, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PDL=pdl, num_warps=4,
+        BLOCK_T=block_t, BLOCK_N=BLOCK_N, BLOCK_K=block_k, PDL=pdl, num_warps=4,
     )
     _mhc_pre_finish[(T,)](
         partials, sums_sq, mixes, T, N, splits, 1.0 / K, eps,
-        SPLITS_POW2=triton.next_power_of_2(splits), BLOCK_N=BLOCK_N, PDL=pdl, num_warps=4,
+        SPLITS_POW2=_pow2_at_least(splits), BLOCK_N=BLOCK_N, PDL=pdl, num_warps=4,
         **({"launch_pdl": True} if pdl else {}),
     )
 
@@ -252,7 +265,7 @@ def mhc_pre_mixes_triton(x_flat: torch.Tensor, hc_fn: torch.Tensor, eps: float, 
         _graph_route(x_flat, hc_fn, eps, mixes, T, K, N, block_t, tiles, splits, k_per_split)
         return mixes
     partials = torch.empty((splits * T * (BLOCK_N + 1),), dtype=torch.float32, device=device)
-    chunk = max(1, min(triton.next_power_of_2(splits), _REDUCE_ELEMS // (block_t * BLOCK_N)))
+    chunk = max(1, min(_pow2_at_least(splits), _REDUCE_ELEMS // (block_t * BLOCK_N)))
     _mhc_pre_fused[(tiles, splits)](
         x_flat, hc_fn, partials, _arrival_counters(device, tiles), mixes,
         T, K, N, x_flat.stride(0), hc_fn.stride(0), k_per_split, splits, 1.0 / K, eps,
