@@ -59,6 +59,7 @@ def plot_mhc(path: Path, out: Path) -> None:
         ax1.plot(t, [float(r[key]) for r in rows], style, marker="o", label=key.replace("fp32", "pinned fp32"))
     for key, style in (("fp32 graph", "k:"), ("before graph", "--"), ("fused graph", "-")):
         ax2.plot(t, [float(r[key]) for r in rows], style, marker="o", label=key.replace("fp32", "pinned fp32"))
+    ax2.plot(t, [float(r["fp32 graph"]) / 5 for r in rows], color="0.6", lw=1, label="issue-14 target: pinned / 5")
     for ax, title in ((ax1, "eager call (host-bound at small T)"), (ax2, "CUDA-graph replay")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -75,7 +76,7 @@ def plot_mhc(path: Path, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--indexer", default=str(REPO / "bench/results/2026-12-01-bench_indexer.txt"))
-    ap.add_argument("--mhc", default=str(REPO / "bench/results/2026-12-01-bench_mhc_pre.txt"))
+    ap.add_argument("--mhc", default=str(REPO / "bench/results/2026-12-01-mhc-pdl-run2-bench_mhc_pre.txt"))
     args = ap.parse_args()
     plot_indexer(Path(args.indexer), REPO / "docs/indexer_bench.png")
     plot_mhc(Path(args.mhc), REPO / "docs/mhc_pre_bench.png")
