@@ -7,7 +7,8 @@ nested `hc_pre_torch_impl` compiled out of the pristine and the patched deepseek
   before       --before-overlay FILE: the patched function with an earlier mhc_pre_triton.py (optional)
   fused        patched default on CUDA (the overlay's fused Triton kernel)
 Timed eagerly (per call, launches included: host-bound at small T) and as CUDA-graph replays (the
-decode setting); each time is the median over --repeats of the mean of --iters calls or replays.
+decode setting); each time is the median over --repeats of the mean of --iters calls or replays, the
+routes' repeats interleaved (fp32, before, fused, fp32, ...).
 --compile-tokens: also under torch.compile inside the graph, which is what `compile_in_capture_mode`
 does during SGLang's capture. --sweep: the one-launch kernel (the eager route) replayed in a graph,
 i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
@@ -38,6 +39,16 @@ from upstream import load_module  # noqa: E402
 
 def median_us(measure, repeats):
     return statistics.median(measure() for _ in range(repeats)) * 1e3
+
+
+def interleaved_median_us(measures: dict, repeats: int) -> dict:
+    """Median per key over `repeats` rounds, each round measuring every key once in turn: a slow phase of
+    the host (eager calls are bound by host time, which drifts 10-30 us over seconds) hits every route."""
+    samples = {k: [] for k in measures}
+    for _ in range(repeats):
+        for k, measure in measures.items():
+            samples[k].append(measure())
+    return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
 
 
 def bound_ratio(x, hc_fn, mixes) -> float:
@@ -105,11 +116,10 @@ def main() -> None:
         x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
         inputs[tokens] = x
         iters = max(10, min(args.iters, args.iters * 64 // tokens))
-        e = {k: median_us(lambda k=k: event_ms(lambda: impls[k](x, hc_fn), iters), args.repeats) for k in eager_keys}
-        g = {}
-        for k in graph_keys:
-            graph = capture_graph(lambda: impls[k](x, hc_fn))
-            g[k] = median_us(lambda: event_ms(graph.replay, iters), args.repeats)
+        e = interleaved_median_us({k: lambda k=k: event_ms(lambda: impls[k](x, hc_fn), iters) for k in eager_keys},
+                                  args.repeats)
+        graphs = {k: capture_graph(lambda k=k: impls[k](x, hc_fn)) for k in graph_keys}
+        g = interleaved_median_us({k: lambda k=k: event_ms(graphs[k].replay, iters) for k in graph_keys}, args.repeats)
         s = []
         err = bound_ratio(x, hc_fn, impls["fused"](x, hc_fn)[1])
         for f in sweep:

@@ -21,7 +21,7 @@ RESULTS = REPO / "bench" / "results"
 # What BENCHMARKS.md shows: (raw output, picture).
 DEFAULTS = {
     "indexer": (RESULTS / "2026-12-01-bench_indexer.txt", REPO / "docs/indexer_bench.png"),
-    "mhc-pre": (RESULTS / "2026-12-01-bench_mhc_pre.txt", REPO / "docs/mhc_pre_bench.png"),
+    "mhc-pre": (RESULTS / "2026-12-01-mhc-pdl-run2-bench_mhc_pre.txt", REPO / "docs/mhc_pre_bench.png"),
 }
 
 
@@ -124,6 +124,7 @@ def plot_mhc(path: Path, out: Path) -> None:
         ax1.plot(t, [float(r[key]) for r in rows], style, marker="o", label=key.replace("fp32", "pinned fp32"))
     for key, style in (("fp32 graph", "k:"), ("before graph", "--"), ("fused graph", "-")):
         ax2.plot(t, [float(r[key]) for r in rows], style, marker="o", label=key.replace("fp32", "pinned fp32"))
+    ax2.plot(t, [float(r["fp32 graph"]) / 5 for r in rows], color="0.6", lw=1, label="issue-14 target: pinned / 5")
     for ax, title in ((ax1, "eager call (host-bound at small T)"), (ax2, "CUDA-graph replay")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

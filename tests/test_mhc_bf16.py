@@ -105,3 +105,16 @@ def test_patched_fused_routes_split_k_within_bound(patched_root, route):
         assert torch.equal(first, again), "the same inputs must give the same bits"
     if route == "one-launch":
         assert all(int(buf.abs().sum()) == 0 for buf in overlay._counters.values()), "arrival counters not reset"
+
+
+def test_host_launch_helpers_match_triton(patched_root):
+    """The overlay sizes launches with plain-Python integer helpers (Triton's are slow constexpr functions
+    on the host); they must give Triton's values, or the AOT-gated tile sizes would not be the ones run."""
+    import triton
+    from upstream import load_module
+
+    overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_helpers")
+    for n in list(range(1, 300)) + [4095, 4096, 4097, 65536]:
+        assert overlay._pow2_at_least(n) == triton.next_power_of_2(n), n
+        for d in (1, 7, 16, 128):
+            assert overlay._cdiv(n, d) == triton.cdiv(n, d), (n, d)

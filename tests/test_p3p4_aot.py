@@ -72,9 +72,11 @@ def _compile_all() -> list[dict]:
                     shapes.add((block_t, triton.next_power_of_2(splits), chunk))
         for block_t, splits_pow2, chunk in sorted(shapes):
             tiles = dict(BLOCK_T=block_t, BLOCK_N=mhc.BLOCK_N, BLOCK_K=mhc.BLOCK_K)
-            build(f"mhc/partials/t{block_t}", mhc._mhc_pre_partials, PARTIALS_SIGNATURE, tiles, MHC_DIV16, 4, 3, arch)
+            # The graph route as shipped: with programmatic dependent launch (griddepcontrol) when GRAPH_PDL.
+            build(f"mhc/partials/t{block_t}", mhc._mhc_pre_partials, PARTIALS_SIGNATURE,
+                  {**tiles, "PDL": mhc.GRAPH_PDL}, MHC_DIV16, 4, 3, arch)
             build(f"mhc/finish/s{splits_pow2}", mhc._mhc_pre_finish, FINISH_SIGNATURE,
-                  dict(SPLITS_POW2=splits_pow2, BLOCK_N=mhc.BLOCK_N), [], 4, 3, arch)
+                  dict(SPLITS_POW2=splits_pow2, BLOCK_N=mhc.BLOCK_N, PDL=mhc.GRAPH_PDL), [], 4, 3, arch)
             build(f"mhc/one-launch/t{block_t}/c{chunk}", mhc._mhc_pre_fused, FUSED_SIGNATURE,
                   {**tiles, "SPLIT_CHUNK": chunk}, MHC_DIV16, 4, 3, arch)
     unique = {(r["arch"], r["kernel"]): r for r in rows}
