@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from . import PatchkitError, faults
-from .fetch import sha256_file
+from .hashing import sha256_file
 from .paths import clean_relpath
 
 MANIFEST = "MANIFEST.json"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from . import PatchkitError
 from .gitcmd import git
-from .pristine import Pristine, sha256_bytes
+from .hashing import sha256_bytes
+from .pristine import Pristine
 from .series import Series
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")

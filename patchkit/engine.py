@@ -14,7 +14,8 @@ from .chain import Chain, build_chain
 from .fetch import fetch
 from .lockfile import Lock, Upstream, load_lock
 from .lock import target_lock
-from .pristine import STAGE_PREFIX, Pristine, sha256_bytes
+from .hashing import sha256_bytes
+from .pristine import STAGE_PREFIX, Pristine
 from .series import Series, load_series
 from .state import (APPLIED, MODIFIED, OUTDATED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
                     UpstreamState)

@@ -19,7 +19,7 @@ from . import PatchkitError
 from .gitcmd import git as scratch_git
 from .patchfile import PatchFile
 from .prbody import commit_message, pr_body
-from .pristine import sha256_bytes
+from .hashing import sha256_bytes
 
 
 def add_parser(sub) -> None:

@@ -1,9 +1,7 @@
 """Fetch pinned artifacts from a PEP 503 package index into a local cache, verifying sha256."""
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import sys
 import tempfile
 import urllib.request
@@ -12,6 +10,8 @@ from pathlib import Path
 from urllib.parse import urljoin, urldefrag
 
 from . import PatchkitError
+from .hashing import sha256_file
+from .names import canonical_name
 
 
 def cache_dir() -> Path:
@@ -21,14 +21,6 @@ def cache_dir() -> Path:
     path = Path(root) / "artifacts"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class _Links(HTMLParser):
@@ -43,13 +35,9 @@ class _Links(HTMLParser):
                 self.hrefs.append(href)
 
 
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def index_links(index_url: str, package: str) -> list[tuple[str, str, str]]:
     """(file name, url without fragment, sha256 or '') for every file on the package's simple page."""
-    page = f"{index_url.rstrip('/')}/{_normalise(package)}/"
+    page = f"{index_url.rstrip('/')}/{canonical_name(package)}/"
     try:
         with urllib.request.urlopen(page, timeout=60) as resp:
             html = resp.read().decode("utf-8", "replace")

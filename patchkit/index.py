@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import PatchkitError
-from .fetch import _normalise, cache_dir, index_links
+from .fetch import cache_dir, index_links
+from .names import canonical_name
 
 _SDIST_SUFFIXES = (".tar.gz", ".tar.bz2", ".zip", ".tgz")
 
@@ -82,7 +83,7 @@ def _remembered() -> Path:
 
 def find_release(index_url: str, package: str, version: str, like: str) -> Release:
     """Ask the index; remember the answer so that a later run without network can reuse it."""
-    key = f"{index_url} {_normalise(package)} {version} {'-'.join(artifact_kind(like))}"
+    key = f"{index_url} {canonical_name(package)} {version} {'-'.join(artifact_kind(like))}"
     memory = _remembered()
     try:
         known = json.loads(memory.read_text()) if memory.exists() else {}

@@ -1,9 +1,7 @@
 """The pristine upstream: file bytes straight out of a verified wheel."""
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import os
 import shutil
@@ -13,13 +11,10 @@ from functools import cached_property
 from pathlib import Path
 
 from . import PatchkitError, faults
+from .hashing import record_digest
 from .paths import clean_relpath
 
 STAGE_PREFIX = ".patchkit-unpack-"   # an unpack in progress (or interrupted): never taken for a tree
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 class Pristine:
@@ -82,7 +77,7 @@ class Pristine:
             if name not in record:
                 raise PatchkitError(f"{self.wheel.name}: {name} is not listed in its RECORD; nothing unpacked")
             data = (stage / name).read_bytes()
-            digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_bytes(data))).rstrip(b"=").decode()
+            digest = record_digest(data)[len("sha256="):]
             want, size = record[name]
             if digest != want or str(len(data)) != size:
                 raise PatchkitError(f"{self.wheel.name}: {name}: expected sha256={want} ({size} bytes) as in its RECORD, "

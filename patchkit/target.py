@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
 from . import PatchkitError
-from .pristine import sha256_bytes
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+from .hashing import sha256_bytes
+from .names import canonical_name
 
 
 def installed_version(target: Path, package: str) -> tuple[str, str] | None:
@@ -25,7 +21,7 @@ def installed_version(target: Path, package: str) -> tuple[str, str] | None:
                 version = line[8:].strip()
             elif not line:
                 break
-        if name and _norm(name) == _norm(package):
+        if name and canonical_name(name) == canonical_name(package):
             return version, meta.parent.name
     return None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import PatchkitError, faults
 from .paths import clean_relpath
-from .pristine import sha256_bytes
+from .hashing import sha256_bytes
 
 JOURNAL = ".patchkit-journal.json"
 WRITTEN = ".patchkit-written.json"   # every digest this tool has written per file, so a later series can replace them

@@ -11,11 +11,12 @@ before it writes anything.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import lzma
 import tarfile
 from pathlib import Path
+
+from patchkit.hashing import sha256_file
 
 MANIFEST = "manifest.json"
 PAYLOAD = "payload.tar.xz"
@@ -25,14 +26,6 @@ MIB = 1 << 20
 
 class BundleError(Exception):
     """A user-facing failure: one line naming what was expected and what was found."""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def entry(path: Path, rel: str, why: str, **extra) -> dict:

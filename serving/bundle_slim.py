@@ -10,10 +10,10 @@ about half the size of the wheels' own per-file deflate.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import zipfile
 from pathlib import Path
+
+from patchkit.hashing import record_digest
 
 # sgl_kernel/load_utils.py (0.4.4): compute capability 9.0 loads sgl_kernel/sm90/common_ops.*, every other
 # GPU (sm_100, sm_120, ...) loads sgl_kernel/sm100/common_ops.*. Keep only the one the target GPU loads.
@@ -33,10 +33,6 @@ def kernel_drop_reason(member: str, gpu_cc: int) -> str | None:
             return (f"common_ops for the other GPU family: sgl_kernel/load_utils.py loads "
                     f"sgl_kernel/{keep}/ on a compute capability {gpu_cc} GPU")
     return None
-
-
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def _dist_info(names: list[str]) -> str:
@@ -76,7 +72,7 @@ def repack(src: Path, dest: Path, drop=lambda member: None) -> list[dict]:
                 continue
             data = zin.read(info)
             kept.append((info, data))
-            records.append(f"{info.filename},{_record_hash(data)},{len(data)}")
+            records.append(f"{info.filename},{record_digest(data)},{len(data)}")
         records.append(f"{record_name},,")
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".part")
