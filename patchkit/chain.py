@@ -19,6 +19,11 @@ from .series import Series
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
 
+def hunk_offsets(apply_log: str) -> list[str]:
+    """One note per hunk that `git apply --verbose` placed at an offset."""
+    return [f"hunk {m.group(1)} at line {m.group(2)} (offset {m.group(3)})" for m in _OFFSET_RE.finditer(apply_log)]
+
+
 @dataclass
 class FileChain:
     path: str
@@ -39,9 +44,6 @@ class Chain:
     series: Series
     files: dict[str, FileChain] = field(default_factory=dict)
     offsets: dict[str, list[str]] = field(default_factory=dict)   # patch name -> hunk offset notes
-
-    def files_of(self, patch_index: int) -> list[str]:
-        return [p for p, c in self.files.items() if any(i == patch_index for i, _ in c.states)]
 
 
 def build_chain(series: Series, pristine: Pristine) -> Chain:
@@ -68,7 +70,7 @@ def build_chain(series: Series, pristine: Pristine) -> Chain:
                     f"{p.path}: does not apply to pristine {pristine.wheel.name} after the patches before it: "
                     f"{errors[0][7:] if errors else proc.stderr.strip()[:200]}"
                 )
-            notes = [f"hunk {m.group(1)} at line {m.group(2)} (offset {m.group(3)})" for m in _OFFSET_RE.finditer(proc.stderr)]
+            notes = hunk_offsets(proc.stderr)
             if notes:
                 chain.offsets[p.name] = notes
             for path in dict.fromkeys(p.paths):

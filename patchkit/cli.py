@@ -1,19 +1,25 @@
-"""Command line: apply / status / revert / check / worktree / export."""
+"""Command line: apply / status / revert / check / fetch / worktree / export, rebase and export-pr.
+
+The caller (apply.py) names the repository and may add subcommands of its own (`extensions`, each an
+`add_parser(subparsers)`); patchkit's own are registered here.
+"""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from . import PatchkitError, UsageError
-from .conditions import conditions_of, unreached_reasons
+from .check import check_repository
 from .engine import Engine
 from .lock import repo_lock
-from .export_pr import depends_on_errors
+from .pr import export as export_pr
+from .rebase import run as rebase
 from .report import format_state, table
 from .state import APPLIED, PRISTINE
-from .worktree import build_worktree, export_series, roundtrip_differences, write_series
+from .worktree import build_worktree, export_series, write_series
 
 
 def _target(engine: Engine, args, prepare: bool) -> Path:
@@ -22,14 +28,18 @@ def _target(engine: Engine, args, prepare: bool) -> Path:
     return engine.prepare_default_target() if prepare else engine.default_target
 
 
+def _print_change(state) -> None:
+    if state.before is not None:     # something was written: show each patch's move
+        print(format_state(state))
+
+
 def cmd_apply(engine, args) -> int:
-    engine.apply(_target(engine, args, prepare=True), dry_run=args.dry_run)
+    _print_change(engine.apply(_target(engine, args, prepare=True), dry_run=args.dry_run))
     return 0
 
 
 def cmd_revert(engine, args) -> int:
-    target = _target(engine, args, prepare=False)
-    engine.revert(target, dry_run=args.dry_run)
+    _print_change(engine.revert(_target(engine, args, prepare=False), dry_run=args.dry_run))
     return 0
 
 
@@ -40,69 +50,28 @@ def cmd_status(engine, args) -> int:
 
 
 def cmd_check(engine, args) -> int:
-    rows, failed = [], False
-    for name, up in engine.lock.upstreams.items():
-        series = engine.series(name)
-        chain = engine.chain(name, log=print)
-        pristine = engine.pristine(name)
-        trips = {p.split(":")[0]: p for p in roundtrip_differences(series, pristine, up.root, f"{up.package} {up.version}")}
-        for p in series.patches:
-            problems = []
-            if p.name in chain.offsets:
-                problems.append("applies with offset: " + "; ".join(chain.offsets[p.name]))
-            if p.missing_trailers():
-                problems.append("header lacks " + ", ".join(p.missing_trailers()))
-            if p.name in trips:
-                problems.append(trips[p.name].split(": ", 1)[1])
-            broken, unreached = reach_problems(p, chain, pristine)
-            broken += depends_on_errors(series, p)
-            problems += broken
-            failed |= bool(problems)
-            verdict = "FAIL" if problems else "warn" if unreached else "ok"
-            rows.append([name, p.name, verdict, "; ".join(problems + unreached) or "exact, round-trips"])
-        for rel in series.unclaimed:
-            failed = True
-            rows.append([name, f"overlay/{rel}", "FAIL", f"no patch claims it (add 'Overlay: {rel}' to one)"])
+    findings = check_repository(engine)
+    rows = [[f.upstream, f.item, f.verdict, f.detail] for f in findings]
     print(table(rows, ["upstream", "patch", "check", "detail"]) if rows else "no patches in any series")
-    return 1 if failed else 0
+    return 1 if any(f.errors for f in findings) else 0
 
 
 def cmd_fetch(engine, args) -> int:
-    import shutil
     for name, up in engine.lock.upstreams.items():
         path = engine.pristine(name, print).wheel
-        print(f"{up.package} {up.version}: {path} (sha256 ok)")
+        print(f"{up.label}: {path} (sha256 ok)")
         if args.into:
             Path(args.into).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, Path(args.into) / path.name)
     return 0
 
 
-def reach_problems(patch, chain, pristine) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of a patch's Reached-If / Unreached-If trailers on the pinned release.
-
-    A trailer that does not parse is an error. One that says "not reached" is a warning: a rebase may
-    knowingly keep such a patch (it reports it), but the user should see it on every check.
-    """
-    try:
-        conds = conditions_of(patch.trailers, f"{patch.name}: ")
-    except PatchkitError as exc:
-        return [str(exc)], []
-
-    def read(path):
-        if path in chain.files:
-            return chain.files[path].final
-        return pristine.read(path) if pristine.has(path) else None
-
-    return [], [f"not reached on the pin: {r}" for r in unreached_reasons(conds, read)]
-
-
 def cmd_worktree(engine, args) -> int:
     up = engine.lock.upstream(args.upstream)
     dest = Path(args.dir) if args.dir else engine.build_root / "work" / args.upstream
-    build_worktree(dest, engine.series(args.upstream), engine.pristine(args.upstream, print), up.root,
-                   f"{up.package} {up.version}")
-    print(f"{dest}: pristine {up.package} {up.version} (tag 'pristine') + {len(engine.series(args.upstream).patches)} patch commit(s).")
+    series = engine.series(args.upstream)
+    build_worktree(dest, series, engine.pristine(args.upstream, print), up.root, up.label)
+    print(f"{dest}: pristine {up.label} (tag 'pristine') + {len(series.patches)} patch commit(s).")
     print(f"Edit and commit there (one commit per patch, trailers in the message), then: python apply.py export {args.upstream}")
     return 0
 
@@ -112,7 +81,7 @@ def cmd_export(engine, args) -> int:
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
     with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \
-            repo_lock(engine.build_root, engine.patches_root.parent, "export"):
+            repo_lock(engine.build_root, engine.repo, "export"):
         exported = export_series(src, Path(tmp))
         write_series(exported, engine.patches_root / args.upstream)
         engine.series(args.upstream)   # validates headers and overlay claims of the new series
@@ -120,7 +89,7 @@ def cmd_export(engine, args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extensions=()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="apply.py", description="Apply, check and revert the patch set on a pinned upstream.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -143,27 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/UPSTREAM")
     p = add("export", cmd_export, "regenerate patches/UPSTREAM from a worktree's commits", target=False)
     p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/UPSTREAM")
-    for extension in _extensions():
+    rebase.add_parser(sub)
+    export_pr.add_parser(sub)
+    for extension in extensions:
         extension(sub)
     return parser
 
 
-def _extensions():
-    """Subcommands contributed by other modules (each exposes add_parser(subparsers))."""
-    found = []
-    for module in ("patchkit.rebase", "patchkit.export_pr", "serving.doctor"):
-        try:
-            mod = __import__(module, fromlist=["add_parser"])
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue
-            raise
-        found.append(mod.add_parser)
-    return found
-
-
-def main(repo: Path, argv=None) -> int:
-    parser = build_parser()
+def main(repo: Path, argv=None, extensions=()) -> int:
+    """Run one command on the repository `repo`; `extensions` add the caller's own subcommands."""
+    parser = build_parser(extensions)
     args = parser.parse_args(argv)
     try:
         engine = Engine.from_repo(repo)

@@ -5,6 +5,7 @@ which artifacts) and patches/<upstream>/ + overlay/ (what to change).
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from contextlib import nullcontext
 from pathlib import Path
@@ -14,12 +15,12 @@ from .chain import Chain, build_chain
 from .fetch import fetch
 from .lockfile import Lock, Upstream, load_lock
 from .lock import target_lock
-from .hashing import sha256_bytes
+from .hashing import sha256_bytes, sha256_file
 from .pristine import STAGE_PREFIX, Pristine
 from .series import Series, load_series
 from .state import (APPLIED, MODIFIED, OUTDATED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
                     UpstreamState)
-from .target import file_digest, first_unwritable, installed_version, require_directory, writable
+from .target import Target
 from .transaction import (Change, commit, journal_path, read_journal, record_written, stray_temp_files,
                           written_by_us)
 
@@ -42,6 +43,11 @@ class Engine:
         repo = Path(repo)
         return cls(load_lock(repo / "pin.lock"), repo / "patches", repo / "overlay", repo / "build")
 
+    @property
+    def repo(self) -> Path:
+        """The repository whose pin.lock, patches/ and overlay/ this engine reads."""
+        return Path(self.lock.path).resolve().parent
+
     # -- inputs -------------------------------------------------------------------------------
     def pristine(self, name: str, log=_quiet) -> Pristine:
         if name not in self._pristine:
@@ -59,29 +65,28 @@ class Engine:
 
     @staticmethod
     def pin_label(up: Upstream) -> str:
-        return f"{up.package} {up.version} ({up.artifact}, sha256 {up.sha256[:12]}…)"
+        return f"{up.label} ({up.artifact}, sha256 {up.sha256[:12]}…)"
 
     # -- state ----------------------------------------------------------------------------------
-    def inspect(self, target: Path, log=_quiet) -> TargetState:
-        target = require_directory(target)
-        journal = read_journal(target)     # first: a journal that is not a file stops everything
+    def _inspect(self, target: Target, log=_quiet) -> TargetState:
+        journal = read_journal(target.path)     # first: a journal that is not a file stops everything
         states, touched = [], []
         for name, up in self.lock.upstreams.items():
-            st = UpstreamState(name, self.pin_label(up), present=(target / up.root).is_dir())
+            st = UpstreamState(name, self.pin_label(up), present=target.holds(up.root))
             if not st.present:
                 states.append(st)
                 continue
-            found = installed_version(target, up.package)
+            found = target.installed_version(up.package)
             if found and found[0] != up.version:
                 st.found_version, st.version_ok = f"{up.package} {found[0]} ({found[1]})", False
                 states.append(st)
                 continue
             chain = self.chain(name, log)
-            ours = written_by_us(target)
+            ours = written_by_us(target.path)
             touched += list(chain.files) + [p for p in ours if p.startswith(up.root + "/")]
             files = {}
             for path, fc in chain.files.items():
-                digest = file_digest(target / path)
+                digest = target.digest(path)
                 pos = fc.position(digest)
                 fs = FileState(path, digest, pos, fc.states[pos][0] if pos is not None else None,
                                stale=pos is None and digest is not None and digest in ours.get(path, ()))
@@ -93,21 +98,21 @@ class Engine:
             for path in sorted(set(ours) - set(chain.files)):
                 if not path.startswith(up.root + "/"):
                     continue
-                digest = file_digest(target / path)
+                digest = target.digest(path)
                 base = sha256_bytes(pristine.read(path)) if pristine.has(path) else None
                 if digest == base:
                     continue
                 fs = FileState(path, digest, None, None, stale=digest in ours[path])
                 (st.leftover if fs.stale else st.modified).append(fs)
             for i, p in enumerate(chain.series.patches):
-                mine = [f for f in dict.fromkeys(p.paths)]
+                mine = list(dict.fromkeys(p.paths))
                 st.patches.append(PatchState(p.name, p.subject, self._patch_state(i, mine, files), mine))
             for rel, owner in chain.series.overlay_owner.items():
                 st.overlay.append((rel, self._patch_state(owner, [rel], files)))
             states.append(st)
-        leftovers = stray_temp_files(target, touched) + sorted(
-            p.name for p in target.glob(STAGE_PREFIX + "*") if p.is_dir())
-        return TargetState(str(target), states, journal, leftovers)
+        leftovers = stray_temp_files(target.path, touched) + sorted(
+            p.name for p in target.path.glob(STAGE_PREFIX + "*") if p.is_dir())
+        return TargetState(str(target.path), states, journal, leftovers)
 
     @staticmethod
     def _patch_state(index: int, paths: list[str], files: dict[str, FileState]) -> str:
@@ -124,73 +129,67 @@ class Engine:
             roots = " or ".join(f"{u.root}/" for u in self.lock.upstreams.values())
             raise PatchkitError(f"target {target}: expected a directory holding {roots}, found neither")
         for u in present:
+            up = self.lock.upstream(u.name)
             if not u.version_ok:
-                up = self.lock.upstream(u.name)
-                raise PatchkitError(f"target {target}: expected {up.package} {up.version}, found {u.found_version}; nothing written")
+                raise PatchkitError(f"target {target}: expected {up.label}, found {u.found_version}; nothing written")
             if u.modified:
                 f = u.modified[0]
                 fc = self.chain(u.name).files.get(f.path)
                 pristine = self.pristine(u.name)
                 expected = fc.states[0][1] if fc else (
                     sha256_bytes(pristine.read(f.path)) if pristine.has(f.path) else None)
-                up = self.lock.upstream(u.name)
                 raise PatchkitError(
-                    f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.package} {up.version}) "
+                    f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.label}) "
                     f"or a patched state, found {(f.digest or 'absent')[:16]}; nothing written"
                 )
 
     # -- operations -----------------------------------------------------------------------------
-    def _plan(self, target: Path, to_final: bool, log) -> tuple[TargetState, list[Change]]:
-        state = self.inspect(target, log)
-        self._refuse_if_unusable(state, target)
+    def _changes(self, state: TargetState, target: Target, to_final: bool) -> list[Change]:
+        """What to write to bring every present upstream to its final (or pristine) bytes; refused if read-only."""
         changes = []
         for u in state.upstreams:
             if not u.present:
                 continue
             for path, fc in self.chain(u.name).files.items():
                 want = fc.final if to_final else fc.pristine
-                current = (target / path).read_bytes() if (target / path).exists() else None
-                if current != want:
-                    changes.append(Change(path, current, want))
+                if target.read(path) != want:
+                    changes.append(Change(path, target.read(path), want))
             pristine = self.pristine(u.name)
             for fs in u.leftover:
-                current = (target / fs.path).read_bytes() if (target / fs.path).exists() else None
-                changes.append(Change(fs.path, current, pristine.read(fs.path) if pristine.has(fs.path) else None))
-        blocked = first_unwritable(target, [c.path for c in changes]) if changes else None
+                changes.append(Change(fs.path, target.read(fs.path), pristine.read(fs.path) if pristine.has(fs.path) else None))
+        blocked = target.first_unwritable([c.path for c in changes]) if changes else None
         if blocked:
-            raise PatchkitError(f"target {target} is read-only: cannot write {blocked}; nothing written")
-        return state, changes
+            raise PatchkitError(f"target {target.path} is read-only: cannot write {blocked}; nothing written")
+        return changes
 
-    def _run(self, op: str, target: Path, to_final: bool, dry_run: bool, log) -> TargetState:
-        target = require_directory(Path(target))
-        # One writer per target. A target we may not write needs no lock: _plan refuses any change to it.
-        guard = target_lock(target, op) if not dry_run and writable(target) else nullcontext()
+    def _run(self, op: str, target: Target, to_final: bool, dry_run: bool, log) -> TargetState:
+        # One writer per target. A target we may not write needs no lock: _changes refuses any change to it.
+        guard = target_lock(target.path, op) if not dry_run and target.writable() else nullcontext()
         with guard:
-            return self._run_locked(op, target, to_final, dry_run, log)
-
-    def _run_locked(self, op: str, target: Path, to_final: bool, dry_run: bool, log) -> TargetState:
-        before, changes = self._plan(target, to_final, log)
-        if before.temp_files and not dry_run:
-            self._remove_leftovers(target, before.temp_files, log)
-        if not changes:
-            if before.journal is not None and not dry_run:
-                journal_path(target).unlink()
-                log(f"{op}: finished the interrupted '{before.journal.get('op')}' (nothing left to write)")
-            else:
-                log(f"{op}: nothing to do, target already {'applied' if to_final else 'pristine'}")
-            return self.inspect(target)
-        if dry_run:
-            log(f"{op} --dry-run: would write {len(changes)} file(s):")
+            before = self._inspect(target, log)
+            self._refuse_if_unusable(before, target.path)
+            changes = self._changes(before, target, to_final)
+            if before.temp_files and not dry_run:
+                self._remove_leftovers(target.path, before.temp_files, log)
+            if not changes:
+                if before.journal is not None and not dry_run:
+                    journal_path(target.path).unlink()
+                    log(f"{op}: finished the interrupted '{before.journal.get('op')}' (nothing left to write)")
+                else:
+                    log(f"{op}: nothing to do, target already {'applied' if to_final else 'pristine'}")
+                return before if dry_run else dataclasses.replace(before, journal=None, temp_files=[])
+            if dry_run:
+                log(f"{op} --dry-run: would write {len(changes)} file(s):")
+                for c in changes:
+                    verb = "create" if c.before is None else "remove" if c.after is None else "patch"
+                    log(f"  {verb} {c.path}")
+                return before
+            commit(target.path, op, changes)
+            record_written(target.path, [c for c in changes if c.after is not None] if to_final else [],
+                           replace=not to_final)
             for c in changes:
-                verb = "create" if c.before is None else "remove" if c.after is None else "patch"
-                log(f"  {verb} {c.path}")
-            return before
-        commit(target, op, changes)
-        record_written(target, [c for c in changes if c.after is not None] if to_final else [], replace=not to_final)
-        after = self.inspect(target)
-        from .report import format_state
-        log(format_state(after, before))
-        return after
+                target.wrote(c.path, c.after)
+            return dataclasses.replace(self._inspect(target), before=before)
 
     @staticmethod
     def _remove_leftovers(target: Path, leftovers: list[str], log) -> None:
@@ -201,13 +200,14 @@ class Engine:
         log(f"removed {len(leftovers)} temp file(s) left by an interrupted run: {', '.join(leftovers)}")
 
     def apply(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
-        return self._run("apply", target, True, dry_run, log)
+        """The state after the apply; its `before` is the state it started from when it wrote anything."""
+        return self._run("apply", Target(target), True, dry_run, log)
 
     def revert(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
-        return self._run("revert", target, False, dry_run, log)
+        return self._run("revert", Target(target), False, dry_run, log)
 
     def status(self, target: Path, log=_quiet) -> TargetState:
-        return self.inspect(target, log)
+        return self._inspect(Target(target), log)
 
     # -- the embedded default target ------------------------------------------------------------
     @property
@@ -229,7 +229,7 @@ class Engine:
                 # the dist-info is renamed into place before the root: one without its root is an interrupted unpack
                 if (site / pristine.dist_info()).is_dir():
                     shutil.rmtree(site / pristine.dist_info())
-                log(f"unpacking pristine {up.package} {up.version} into {site}")
+                log(f"unpacking pristine {up.label} into {site}")
                 pristine.unpack(site, root=up.root)
         return site
 
@@ -242,7 +242,8 @@ class Engine:
             pristine = self.pristine(name)
             expected = set(pristine.files_under(up.root))
             for rel in sorted(expected):
-                if file_digest(Path(target) / rel) != sha256_bytes(pristine.read(rel)):
+                f = Path(target) / rel
+                if not f.is_file() or sha256_file(f) != sha256_bytes(pristine.read(rel)):
                     bad.append(rel)
             for f in (Path(target) / up.root).rglob("*"):
                 rel = f.relative_to(target).as_posix()

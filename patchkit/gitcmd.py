@@ -1,6 +1,15 @@
-"""Run git in a scratch directory, isolated from the user's and the system's git config."""
+"""The one place patchkit runs git, in one of two modes chosen by the function called:
+
+* `git()`: patchkit's own scratch repositories (worktrees, rebase repos, round trips), isolated from the
+  user's and the system's git config, with a fixed identity and dates so its commits are reproducible.
+* `checkout_git()`: the user's own checkout (export-pr), with the user's configuration kept.
+
+Both return the CompletedProcess (stdout as text, or bytes with text=False; stdin through `input`)
+and, with check=True, turn a failure into one PatchkitError line.
+"""
 from __future__ import annotations
 
+import email.utils
 import os
 import subprocess
 from pathlib import Path
@@ -18,27 +27,51 @@ IDENTITY = {
 }
 
 
-def git_env(extra: dict | None = None) -> dict:
+def _scratch_env(extra: dict | None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
     env.update(IDENTITY)
-    if extra:
-        env.update(extra)
+    env.update(extra or {})
     return env
 
 
-def git(cwd: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        ["git", "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args],
-        cwd=cwd, env=git_env(env), capture_output=True, text=True,
-    )
+def _spawn(cwd: Path, args: tuple[str, ...], env: dict, input, text: bool, check: bool,
+           options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["git", *options, *args], cwd=cwd, env=env, input=input, capture_output=True,
+                          **({"encoding": "utf-8", "errors": "replace"} if text else {}))
     if check and proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        err = proc.stderr if text else proc.stderr.decode(errors="replace")
+        out = proc.stdout if text else proc.stdout.decode(errors="replace")
+        msg = (err or out).strip().splitlines()
         raise PatchkitError(f"git {args[0]} failed in {cwd}: {msg[0] if msg else 'exit %d' % proc.returncode}")
     return proc
+
+
+def git(cwd: Path, *args: str, check: bool = True, env: dict | None = None, input=None,
+        text: bool = True) -> subprocess.CompletedProcess:
+    """git in a scratch repository of patchkit's, isolated from every git config but its own."""
+    return _spawn(cwd, args, _scratch_env(env), input, text, check,
+                  options=("-c", "core.autocrlf=false", "-c", "commit.gpgsign=false"))
+
+
+def checkout_git(repo: Path, *args: str, check: bool = True, env: dict | None = None, input=None,
+                 text: bool = True) -> subprocess.CompletedProcess:
+    """git in the user's checkout, with the user's own configuration (signing, hooks, identity)."""
+    return _spawn(repo, args, {**os.environ, "LC_ALL": "C", **(env or {})}, input, text, check)
 
 
 def init_repo(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
     return path
+
+
+def author_env(author: str, date: str) -> dict:
+    """GIT_AUTHOR_* for a commit that keeps a patch's author ('Name <email>') and date (as its header says)."""
+    env = {}
+    if author:
+        name, addr = email.utils.parseaddr(author)
+        env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=addr)
+    if date:
+        env["GIT_AUTHOR_DATE"] = date
+    return env

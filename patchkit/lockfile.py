@@ -35,6 +35,11 @@ class Upstream:
     repo_prefix: str = ""  # path of `root`'s parent inside the upstream git repo
     tag: str = ""
 
+    @property
+    def label(self) -> str:
+        """How messages name this release: 'sglang 0.5.14'."""
+        return f"{self.package} {self.version}"
+
 
 @dataclass(frozen=True)
 class Lock:

@@ -1,4 +1,4 @@
-"""Read one `git format-patch` file: its subject, message, trailers and the paths it touches."""
+"""Read one `git format-patch` file: its author and date, subject, message, trailers and the paths it touches."""
 from __future__ import annotations
 
 import re
@@ -22,6 +22,8 @@ class PatchFile:
     paths: list[str] = field(default_factory=list)      # files the diff touches (post-image paths)
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    author: str = ""                # 'Name <email>' of the From: header; commits made from the patch keep it
+    date: str = ""                  # its Date: header, as written (RFC 2822)
 
     @property
     def name(self) -> str:
@@ -38,7 +40,13 @@ class PatchFile:
         return [k for k in REQUIRED_TRAILERS if not self.trailer(k)]
 
 
-def _split_message(message: str) -> tuple[str, list[tuple[str, str]]]:
+def _header(head: str, key: str) -> str:
+    """A mail header's value, unfolded and RFC 2047-decoded ('' if absent)."""
+    m = re.search(rf"^{key}: (.*(?:\n[ \t].*)*)", head, re.M)
+    return str(make_header(decode_header(m.group(1).replace("\n", "")))) if m else ""
+
+
+def split_message(message: str) -> tuple[str, list[tuple[str, str]]]:
     """The trailer block is the last paragraph when every line of it is `Key: value`."""
     paragraphs = message.strip("\n").split("\n\n")
     last = paragraphs[-1].splitlines() if paragraphs else []
@@ -61,13 +69,13 @@ def parse_patch(path: Path) -> PatchFile:
     subject_m = re.search(r"^Subject: (.*(?:\n[ \t].*)*)", head, re.M)
     if not subject_m:
         raise PatchkitError(f"{path}: malformed patch: expected a 'Subject:' header, found none")
-    subject = str(make_header(decode_header(subject_m.group(1).replace("\n", ""))))
+    subject = _header(head, "Subject")
     subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
     # The message runs from the blank line after the headers to the '---' separator.
     after_headers = head[subject_m.end():].split("\n\n", 1)
     message = after_headers[1] if len(after_headers) > 1 else ""
     message = message.rsplit("\n---", 1)[0]
-    body, trailers = _split_message(message)
+    body, trailers = split_message(message)
     paths, created, deleted = [], [], []
     for block in re.split(r"(?=^diff --git )", diff, flags=re.M):
         m = _DIFF_RE.match(block)
@@ -85,4 +93,5 @@ def parse_patch(path: Path) -> PatchFile:
         paths.append(b)
     if not paths:
         raise PatchkitError(f"{path}: malformed patch: no file headers in its diff")
-    return PatchFile(path, subject, body, trailers, paths, created, deleted)
+    return PatchFile(path, subject, body, trailers, paths, created, deleted,
+                     author=_header(head, "From"), date=_header(head, "Date"))

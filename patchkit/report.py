@@ -10,11 +10,12 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def format_state(state: TargetState, before: TargetState | None = None) -> str:
+def format_state(state: TargetState) -> str:
+    """Per patch and overlay file its state (and, after a write, the state it came from), then the summary."""
     rows = []
     prev = {}
-    if before:
-        for u in before.upstreams:
+    if state.before:
+        for u in state.before.upstreams:
             for p in u.patches:
                 prev[(u.name, p.name)] = p.state
             for path, s in u.overlay:

@@ -61,6 +61,7 @@ class TargetState:
     upstreams: list[UpstreamState]
     journal: dict | None = None
     temp_files: list[str] = field(default_factory=list)   # left by an interrupted write; apply/revert remove them
+    before: TargetState | None = None    # after an apply/revert that wrote: the state it started from
 
     @property
     def summary(self) -> str:

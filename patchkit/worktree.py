@@ -11,12 +11,19 @@ from pathlib import Path
 
 from . import PatchkitError
 from .gitcmd import git, init_repo
+from .patchfile import PatchFile
 from .pristine import Pristine
 from .series import Series
 
 FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--full-index", "--no-signature", "--no-stat",
                      "-N", "--encoding=UTF-8")
 PRISTINE_TAG = "pristine"
+
+
+def unpack_release(dest: Path, pristine: Pristine, root: str) -> None:
+    """The release's files under `root` in dest, without its dist-info (not part of the upstream repo)."""
+    pristine.unpack(dest, root=root)
+    shutil.rmtree(dest / pristine.dist_info(), ignore_errors=True)
 
 
 def build_worktree(dest: Path, series: Series, pristine: Pristine, root: str, label: str,
@@ -27,8 +34,7 @@ def build_worktree(dest: Path, series: Series, pristine: Pristine, root: str, la
         raise PatchkitError(f"{dest}: expected an empty or new directory, found existing files")
     init_repo(dest)
     if full_tree:
-        pristine.unpack(dest, root=root)
-        shutil.rmtree(dest / pristine.dist_info(), ignore_errors=True)
+        unpack_release(dest, pristine, root)
     else:
         for p in series.patches:
             for path in p.paths:
@@ -38,12 +44,20 @@ def build_worktree(dest: Path, series: Series, pristine: Pristine, root: str, la
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {label}")
     git(dest, "tag", PRISTINE_TAG)
-    for p in series.patches:
-        proc = git(dest, "am", "-q", "--committer-date-is-author-date", str(p.path.resolve()), check=False)
-        if proc.returncode != 0:
-            git(dest, "am", "--abort", check=False)
-            raise PatchkitError(f"{p.path}: git am failed on pristine {label}: {(proc.stderr or proc.stdout).strip().splitlines()[0]}")
+    commit_patches(dest, series.patches, label)
     return dest
+
+
+def commit_patches(repo: Path, patches: list[PatchFile], label: str) -> list[str]:
+    """One commit per patch on HEAD (`git am`: each keeps its patch's author, date and message); their ids."""
+    start = git(repo, "rev-parse", "HEAD").stdout.strip()
+    for p in patches:
+        proc = git(repo, "am", "-q", "--committer-date-is-author-date", str(p.path.resolve()), check=False)
+        if proc.returncode != 0:
+            git(repo, "am", "--abort", check=False)
+            raise PatchkitError(f"{p.path}: expected it to apply to pristine {label}, found git am failing: "
+                                f"{(proc.stderr or proc.stdout).strip().splitlines()[0]}")
+    return git(repo, "rev-list", "--reverse", f"{start}..HEAD").stdout.split()
 
 
 def export_series(worktree: Path, out_dir: Path) -> list[Path]:

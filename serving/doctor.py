@@ -320,14 +320,11 @@ def run_doctor(args: argparse.Namespace, engine=None) -> int:
 
 
 def add_parser(subparsers) -> None:
-    """The `doctor` subcommand of apply.py (patchkit.cli discovers it)."""
+    """The `doctor` subcommand of apply.py (apply.py hands it to patchkit.cli as an extension)."""
     p = subparsers.add_parser("doctor", help="GPU, versions, nvcc and patch state; what to fix",
                               description=__doc__.split("\n")[0])
     add_arguments(p)
     p.set_defaults(func=lambda engine, args: run_doctor(args, engine))
-
-
-add_doctor_parser = add_parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,8 +80,11 @@ def install_serving(venv: Path) -> int:
     site = site_packages(python)
     say(f"applying the patch series to {site}")
     from patchkit.engine import Engine
+    from patchkit.report import format_state
     try:
-        Engine.from_repo(REPO).apply(site)
+        state = Engine.from_repo(REPO).apply(site)
+        if state.before is not None:
+            print(format_state(state))
     except PatchkitError as exc:
         say(f"error: {exc}")
         return 1

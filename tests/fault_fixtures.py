@@ -102,7 +102,8 @@ def demo_repo(tmp: Path, index_url: str = "") -> tuple[Path, dict]:
     repo = tmp / "repo"
     repo.mkdir(parents=True)
     shutil.copy2(REPO / "apply.py", repo / "apply.py")
-    shutil.copytree(REPO / "patchkit", repo / "patchkit", ignore=shutil.ignore_patterns("__pycache__"))
+    for code in ("patchkit", "serving"):   # the CLI: apply.py adds serving's doctor subcommand
+        shutil.copytree(REPO / code, repo / code, ignore=shutil.ignore_patterns("__pycache__"))
     wheel = make_wheel(tmp / "wheels", "1.0", RELEASES["1.0"])
     cache = tmp / "cache" / "artifacts"
     cache.mkdir(parents=True)

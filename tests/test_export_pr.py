@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.prbody import OVERLAY_TRAILERS, markdown_section
+from patchkit.pr.body import OVERLAY_TRAILERS, markdown_section
 from patchkit.series import load_series
 from rebase_cases import repo_copy
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.export_pr import default_branch
+from patchkit.pr.export import default_branch
 from patchkit.patchfile import parse_patch
 from rebase_cases import repo_copy
 from test_export_pr import all_patches, checkouts, cli, git  # noqa: F401  (checkouts is a fixture)

@@ -9,7 +9,8 @@ import sys
 
 from engine_fixtures import REPO
 from fault_fixtures import RELEASES, cli, demo_repo, one_line_error
-from patchkit.rebase import format_report
+from patchkit.rebase.run import format_report
+from patchkit.rebase.state import Outcome, Pin, RebaseState, UpstreamRebase
 
 
 def test_rebase_without_arguments_is_a_usage_error(tmp_path):
@@ -55,14 +56,15 @@ def test_make_target_with_a_space_is_one_argument(tmp_path):
 
 def test_rebase_summary_never_says_kept_for_a_dropped_patch():
     def result(name, result, unreached):
-        return {"patch": name, "subject": name, "result": result, "detail": [], "unreached": unreached,
-                "overlay_moves": {}, "conflicted": []}
+        return Outcome(name, name, result, unreached=unreached)
 
-    state = {"upstreams": [{"name": "demo", "from": "1.0", "pin": {"version": "1.1"}, "results": [
+    results = [
         result("0001-kept.patch", "resolved", ["demo/a.py is gone"]),
         result("0002-dropped.patch", "dropped", ["demo/b.py is gone"]),
         result("0003-upstream.patch", "already upstream", ["demo/c.py is gone"]),
-    ]}]}
+    ]
+    pin = Pin("1.1", "demo-1.1-py3-none-any.whl", "0" * 64, "v1.1")
+    state = RebaseState(False, [UpstreamRebase("demo", "1.0", pin, ["0"] * 3, [r.patch for r in results], results)])
     report = format_report(state)
     kept = next(l for l in report.splitlines() if "(kept;" in l)
     assert "0001-kept.patch" in kept and "0002-dropped" not in kept and "0003-upstream" not in kept, report

@@ -24,7 +24,7 @@ from patchkit.worktree import roundtrip_differences
 from rebase_cases import (NEW_FLASHINFER_WHEEL, NEW_SGLANG_SHA256, NEW_SGLANG_WHEEL, TO, expectation, repo_copy,
                           resolve_union)
 
-REBASE_ARGS = ["rebase", "--to", TO["sglang"], "--flashinfer", TO["flashinfer"]]
+REBASE_ARGS = ["rebase", "--to", TO["sglang"], "--to", f"flashinfer={TO['flashinfer']}"]
 
 
 def cli(repo: Path, *args, env=None) -> subprocess.CompletedProcess:

@@ -10,43 +10,21 @@ from __future__ import annotations
 import posixpath
 import re
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import PatchkitError
-from .chain import _OFFSET_RE
-from .conditions import conditions_of, unreached_reasons
-from .gitcmd import git, init_repo
-from .patchfile import PatchFile, _split_message
-from .pristine import Pristine
-from .worktree import PRISTINE_TAG
+from ..chain import hunk_offsets
+from ..conditions import conditions_of, unreached_reasons
+from ..gitcmd import author_env, git, init_repo
+from ..patchfile import PatchFile, split_message
+from ..pristine import Pristine
+from ..worktree import PRISTINE_TAG, commit_patches, unpack_release
+from .state import CLEAN, CONFLICT, DROPPED, OFFSET, RESOLVED, UPSTREAM, Outcome
 
 OLD_TAG = "old-pristine"
 OLD_BRANCH = "old-series"
 RENAME_THRESHOLD = "30%"     # a rewritten-and-moved module (e.g. 37% similar) still counts as moved
 
-CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING = (
-    "clean", "offset", "conflict", "already upstream", "resolved", "dropped", "pending")
 _MARKER_RE = re.compile(r"^(<{7}|>{7})( |$)", re.M)
-
-
-@dataclass
-class Outcome:
-    patch: str
-    subject: str
-    result: str
-    detail: list[str] = field(default_factory=list)
-    unreached: list[str] = field(default_factory=list)
-    overlay_moves: dict[str, str] = field(default_factory=dict)
-    conflicted: list[str] = field(default_factory=list)      # files holding conflict markers
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def _unpack_release(dest: Path, pristine: Pristine, root: str) -> None:
-    pristine.unpack(dest, root=root)
-    shutil.rmtree(dest / pristine.dist_info(), ignore_errors=True)
 
 
 def build_rebase_repo(dest: Path, patches: list[PatchFile], old: Pristine, new: Pristine, root: str,
@@ -56,21 +34,15 @@ def build_rebase_repo(dest: Path, patches: list[PatchFile], old: Pristine, new: 
     if dest.exists():
         shutil.rmtree(dest)
     init_repo(dest)
-    _unpack_release(dest, old, root)
+    unpack_release(dest, old, root)
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {old_label}")
     git(dest, "tag", OLD_TAG)
     git(dest, "checkout", "-q", "-b", OLD_BRANCH)
-    for p in patches:
-        proc = git(dest, "am", "-q", "--committer-date-is-author-date", str(p.path.resolve()), check=False)
-        if proc.returncode != 0:
-            git(dest, "am", "--abort", check=False)
-            raise PatchkitError(f"{p.path}: expected it to apply to pristine {old_label}, found git am failing: "
-                                f"{(proc.stderr or proc.stdout).strip().splitlines()[0]}")
-    commits = git(dest, "rev-list", "--reverse", f"{OLD_TAG}..{OLD_BRANCH}").stdout.split()
+    commits = commit_patches(dest, patches, old_label)
     git(dest, "checkout", "-q", "-B", "main", OLD_TAG)
     shutil.rmtree(dest / root, ignore_errors=True)
-    _unpack_release(dest, new, root)
+    unpack_release(dest, new, root)
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {new_label}")
     git(dest, "tag", PRISTINE_TAG)
@@ -172,11 +144,6 @@ def rewrite_message(message: str, moves: dict[str, str], renames: dict[str, str]
     return "\n".join(fix(l) for l in message.split("\n"))
 
 
-def _author_env(repo: Path, commit: str) -> dict:
-    name, email, date = git(repo, "log", "-1", "--format=%an%x00%ae%x00%aI", commit).stdout.rstrip("\n").split("\0")
-    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
-
-
 def conflicted_files(repo: Path) -> list[str]:
     return [l for l in git(repo, "diff", "--name-only", "--diff-filter=U").stdout.splitlines() if l]
 
@@ -230,7 +197,7 @@ class Replayer:
         self._retarget_overlay(patch, out)
         ok, log = _apply_check(self.repo, current)
         if ok:
-            offsets = [f"hunk {m.group(1)} at line {m.group(2)} (offset {m.group(3)})" for m in _OFFSET_RE.finditer(log)]
+            offsets = hunk_offsets(log)
             out.detail += offsets
             out.result = OFFSET if offsets or mapping else CLEAN
         else:
@@ -273,13 +240,16 @@ class Replayer:
             self._drop_overlay(patch, out)
             return out
         message = git(self.repo, "log", "-1", "--format=%B", commit).stdout
-        message = rewrite_message(message, out.overlay_moves, self.renames)
-        msg_file = self.repo / ".git" / "patchkit-msg"
-        msg_file.write_text(message, encoding="utf-8")
-        git(self.repo, "commit", "-q", "--cleanup=verbatim", "-F", str(msg_file), env=_author_env(self.repo, commit))
+        self._commit(patch, rewrite_message(message, out.overlay_moves, self.renames))
         git(self.repo, "cherry-pick", "--quit", check=False)
         out.unreached = self.reach(patch)
         return out
+
+    def _commit(self, patch: PatchFile, message: str) -> None:
+        """Commit the index with `message`, as the patch's author on the patch's date."""
+        msg_file = self.repo / ".git" / "patchkit-msg"
+        msg_file.write_text(message, encoding="utf-8")
+        git(self.repo, "commit", "-q", "--cleanup=verbatim", "-F", str(msg_file), env=author_env(patch.author, patch.date))
 
     def _retarget_overlay(self, patch: PatchFile, out: Outcome) -> None:
         """Move the patch's overlay files in the staged overlay alongside its moved modules."""
@@ -310,7 +280,7 @@ class Replayer:
             d.rmdir()
             d = d.parent
 
-    def adopt(self, commit: str, patch: PatchFile, out: Outcome) -> Outcome:
+    def adopt(self, patch: PatchFile, out: Outcome) -> Outcome:
         """The user committed the resolution themselves (to edit the message too): keep their change and
         message, follow moves in its trailers, and give the commit back the patch's author and date."""
         git(self.repo, "cherry-pick", "--quit", check=False)
@@ -319,13 +289,10 @@ class Replayer:
         message = "\n".join(l for l in message.split("\n") if not l.startswith("#"))
         message = re.sub(r"\n{3,}", "\n\n", message).strip("\n") + "\n"
         fixed = rewrite_message(message, out.overlay_moves, self.renames)
-        msg_file = self.repo / ".git" / "patchkit-msg"
-        msg_file.write_text(fixed, encoding="utf-8")
-        author = _author_env(self.repo, commit)
-        git(self.repo, "commit", "-q", "--amend", "--cleanup=verbatim", "-F", str(msg_file),
-            f"--author={author['GIT_AUTHOR_NAME']} <{author['GIT_AUTHOR_EMAIL']}>", f"--date={author['GIT_AUTHOR_DATE']}")
+        git(self.repo, "reset", "-q", "--soft", "HEAD~1")     # the user's tree stays staged: re-commit it
+        self._commit(patch, fixed)
         out.result = RESOLVED
-        out.unreached = self.reach(patch, _split_message(fixed)[1])
+        out.unreached = self.reach(patch, split_message(fixed)[1])
         return out
 
     def reach(self, patch: PatchFile, trailers: list[tuple[str, str]] | None = None) -> list[str]:
@@ -335,3 +302,12 @@ class Replayer:
 
     def head(self) -> str:
         return git(self.repo, "rev-parse", "HEAD").stdout.strip()
+
+    def committed_since(self, head: str) -> bool:
+        """The user committed the resolution themselves on top of `head`, leaving nothing uncommitted."""
+        return self.head() != head and git(self.repo, "status", "--porcelain").stdout.strip() == ""
+
+    def unresolved(self, files: list[str]) -> list[str]:
+        """Of `files` and git's unmerged paths, those that still hold conflict markers."""
+        left = [f for f in files if has_markers(self.repo / f)]
+        return left + [f for f in conflicted_files(self.repo) if f not in left and has_markers(self.repo / f)]

@@ -14,47 +14,35 @@ import json
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import PatchkitError, UsageError, faults
+from .. import PatchkitError, UsageError, faults
+from ..engine import Engine
+from ..fetch import fetch
+from ..index import find_release
+from ..lock import repo_lock
+from ..lockedit import update_lock_text
+from ..lockfile import Upstream
+from ..paths import safe_name
+from ..pristine import Pristine
+from ..report import table
+from ..series import load_series
+from ..worktree import export_series, roundtrip_differences, write_series
 from .backup import backup_problem, mirror, restore, snapshot
-from .fetch import fetch
-from .index import find_release
-from .lockedit import update_lock_text
-from .lock import repo_lock
-from .lockfile import Upstream, load_lock
-from .paths import clean_relpath, safe_name
-from .pristine import Pristine
-from .replay import (CONFLICT, DROPPED, PENDING, RESOLVED, UPSTREAM, Outcome, Replayer, build_rebase_repo,
-                     conflicted_files, git, has_markers)
-from .report import table
-from .series import load_series
-from .worktree import export_series, roundtrip_differences, write_series
+from .replay import Replayer, build_rebase_repo
+from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, UPSTREAM, Outcome, Pin, RebaseState, Stop,
+                    UpstreamRebase)
 
-STATE = "state.json"
 REFRESHING = "REFRESHING"    # written before the refresh's first write to the repository: --abort must restore
-_RESERVED = {"to", "dry-run", "continue", "abort", "json", "help"}
 
 
 # -- command line ---------------------------------------------------------------------------------
-def _lock_names() -> list[str]:
-    """Upstream names of the pin.lock next to the entry script (or in the cwd): each gets --NAME VERSION."""
-    for base in (Path(sys.argv[0]).resolve().parent, Path.cwd()):
-        try:
-            return list(load_lock(base / "pin.lock").upstreams)
-        except (PatchkitError, OSError):
-            continue
-    return []
-
-
 def add_parser(sub) -> None:
     help_text = "carry every series to a new upstream release (3-way, rename-aware), then refresh patches/ and pin.lock"
     p = sub.add_parser("rebase", help=help_text, description=help_text)
     p.add_argument("--to", action="append", default=[], metavar="[NAME=]VERSION",
-                   help="target version; a bare VERSION means the first upstream in pin.lock (repeatable)")
-    for name in _lock_names()[1:]:
-        if name not in _RESERVED:
-            p.add_argument(f"--{name}", dest=f"upstream_{name}", metavar="VERSION", help=f"target version of {name}")
+                   help="target version of upstream NAME; a bare VERSION means the first upstream in pin.lock (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the report, write nothing")
     p.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict in build/rebase/repos/NAME")
     p.add_argument("--abort", action="store_true", help="drop the rebase in progress; patches/, overlay/, pin.lock restored")
@@ -62,11 +50,11 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(engine, args) -> int:
+def run(engine: Engine, args) -> int:
     if args.abort + args.cont + bool(args.to) > 1:
         raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
-    targets = None if args.abort or args.cont else _targets(engine.lock, args)
-    with repo_lock(engine.build_root, _repo_root(engine), "rebase"):
+    targets = None if args.abort or args.cont else _targets(engine.lock, args.to)
+    with repo_lock(engine.build_root, engine.repo, "rebase"):
         if args.abort:
             return abort(engine)
         if args.cont:
@@ -74,30 +62,36 @@ def run(engine, args) -> int:
         return start(engine, targets, args.dry_run, args.json)
 
 
-def _targets(lock, args) -> dict[str, str]:
+def _targets(lock, specs: list[str]) -> dict[str, str]:
+    """upstream name -> version, from `--to [NAME=]VERSION` flags."""
     names = list(lock.upstreams)
     targets = {}
-    for spec in args.to:
+    for spec in specs:
         name, sep, version = spec.partition("=")
         if not sep:
             name, version = names[0], spec
         lock.upstream(name)
         targets[name] = version
-    for key, value in vars(args).items():
-        if key.startswith("upstream_") and value:
-            targets[key[len("upstream_"):]] = value
     if not targets:
         raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")
     return targets
 
 
-# -- state ----------------------------------------------------------------------------------------
-def work_dir(engine) -> Path:
+def work_dir(engine: Engine) -> Path:
     return engine.build_root / "rebase"
 
 
 def _progress(msg: str) -> None:
     print(f"rebase: {msg}", file=sys.stderr, flush=True)
+
+
+# -- the plan -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Move:
+    """One upstream's step from its pin to a new release, whose artifact is already fetched and verified."""
+    old: Upstream
+    new: Upstream
+    new_wheel: Path
 
 
 def _new_pin(lock, name: str, version: str) -> Upstream:
@@ -109,30 +103,29 @@ def _new_pin(lock, name: str, version: str) -> Upstream:
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag)
 
 
-def _repo_root(engine) -> Path:
-    return Path(engine.lock.path).resolve().parent
-
-
-# -- the replay -----------------------------------------------------------------------------------
-def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) -> int:
-    repo = _repo_root(engine)
-    work = work_dir(engine)
-    if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
-        raise PatchkitError(f"a rebase is already in progress ({work}): "
-                            "resolve and run 'rebase --continue', or 'rebase --abort'")
-    plan = []
-    for name in engine.lock.upstreams:
+def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
+    moves = []
+    for name, old in engine.lock.upstreams.items():
         if name not in targets:
             continue
-        old = engine.lock.upstream(name)
         if targets[name] == old.version:
             _progress(f"[{name}] already at {old.version}: nothing to do")
             continue
         new = _new_pin(engine.lock, name, targets[name])
-        fetch(new, engine.lock.index_url, log=lambda m: _progress(f"[{name}] {m}"))
+        wheel = fetch(new, engine.lock.index_url, log=lambda m: _progress(f"[{name}] {m}"))
         _progress(f"[{name}] {new.artifact}: sha256 verified ({new.sha256[:12]}…)")
-        plan.append((old, new))
-    if not plan:
+        moves.append(Move(old, new, wheel))
+    return moves
+
+
+# -- the replay -----------------------------------------------------------------------------------
+def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None) -> int:
+    work = work_dir(engine)
+    if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
+        raise PatchkitError(f"a rebase is already in progress ({work}): "
+                            "resolve and run 'rebase --continue', or 'rebase --abort'")
+    moves = plan(engine, targets)
+    if not moves:
         print("rebase: every named upstream is already at the requested version; nothing to do")
         return 0
     tmp = tempfile.TemporaryDirectory(prefix="patchkit-rebase-") if dry_run else None
@@ -141,74 +134,62 @@ def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) 
         if not dry_run:
             if base.exists():
                 shutil.rmtree(base)
-            snapshot(repo, base / "backup")
+            snapshot(engine.repo, base / "backup")
             src = base / "backup"
         else:
-            src = repo
+            src = engine.repo
         staged = base / "overlay"
         if staged.exists():
             shutil.rmtree(staged)
         shutil.copytree(src / "overlay", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        state = {"dry_run": dry_run, "upstreams": [], "stopped": None}
-        for old, new in plan:
+        state = RebaseState(dry_run, [])
+        for move in moves:
+            old, new = move.old, move.new
             series = load_series(old.name, src / "patches", src / "overlay", old.root)
             _progress(f"[{old.name}] building {old.version} -> {new.version} in a scratch repo")
-            commits = build_rebase_repo(base / "repos" / old.name, series.patches,
-                                        Pristine(fetch(old, engine.lock.index_url)),
-                                        Pristine(fetch(new, engine.lock.index_url)), old.root,
-                                        f"{old.package} {old.version}", f"{new.package} {new.version}")
-            state["upstreams"].append({
-                "name": old.name, "from": old.version,
-                "pin": {k: getattr(new, k) for k in ("version", "artifact", "sha256", "tag")},
-                "commits": commits, "patches": [p.name for p in series.patches],
-                "results": [Outcome(p.name, p.subject, PENDING).to_dict() for p in series.patches],
-                "next": 0,
-            })
+            commits = build_rebase_repo(base / "repos" / old.name, series.patches, engine.pristine(old.name),
+                                        Pristine(move.new_wheel), old.root, old.label, new.label)
+            state.upstreams.append(UpstreamRebase(
+                old.name, old.version, Pin.of(new), commits, [p.name for p in series.patches],
+                [Outcome(p.name, p.subject, PENDING) for p in series.patches]))
         if not dry_run:
-            _save(base, state)
+            state.save(base)
         return _drive(engine, base, src, state, json_out)
     finally:
         if tmp:
             tmp.cleanup()
 
 
-def _save(base: Path, state: dict) -> None:
-    (base / STATE).write_text(json.dumps(state, indent=1))
-
-
-def _drive(engine, base: Path, src: Path, state: dict, json_out: str | None) -> int:
-    dry_run = state["dry_run"]
-    for entry in state["upstreams"]:
-        name = entry["name"]
-        up = engine.lock.upstream(name)
-        series = load_series(name, src / "patches", src / "overlay", up.root)
-        replayer = Replayer(base / "repos" / name, base / "overlay")
-        total = len(entry["patches"])
-        while entry["next"] < total:
-            i = entry["next"]
+def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: str | None) -> int:
+    for entry in state.upstreams:
+        up = engine.lock.upstream(entry.name)
+        series = load_series(entry.name, src / "patches", src / "overlay", up.root)
+        replayer = Replayer(base / "repos" / entry.name, base / "overlay")
+        total = len(entry.patches)
+        while entry.next < total:
+            i = entry.next
             faults.point("replay", i)
             patch = series.patches[i]
-            _progress(f"[{name} {i + 1}/{total}] {patch.name}")
-            outcome = replayer.replay(entry["commits"][i], patch)
-            entry["results"][i] = outcome.to_dict()
-            _progress(f"[{name} {i + 1}/{total}] {patch.name}: {outcome.result}"
-                      + ("; no longer reached" if outcome.unreached else ""))
+            where = f"[{entry.name} {i + 1}/{total}] {patch.name}"
+            _progress(where)
+            outcome = replayer.replay(entry.commits[i], patch)
+            entry.results[i] = outcome
+            _progress(f"{where}: {outcome.result}" + ("; no longer reached" if outcome.unreached else ""))
             if outcome.result == CONFLICT:
-                if dry_run:
+                if state.dry_run:
                     replayer.abandon()
                 else:
-                    state["stopped"] = {"upstream": name, "index": i, "head": replayer.head(),
-                                        "files": outcome.conflicted}
-                    _save(base, state)
+                    state.stopped = Stop(entry.name, i, replayer.head(), outcome.conflicted)
+                    state.save(base)
                     print(format_report(state))
                     _write_json(json_out, state, "stopped")
-                    print(_instructions(base, name, outcome))
+                    print(_instructions(base, entry.name, outcome))
                     return 1
-            entry["next"] = i + 1
-        if not dry_run:
-            _save(base, state)
+            entry.next = i + 1
+        if not state.dry_run:
+            state.save(base)
     print(format_report(state))
-    if dry_run:
+    if state.dry_run:
         _write_json(json_out, state, "dry-run")
         print("rebase --dry-run: nothing written")
         return 0
@@ -224,52 +205,49 @@ def _instructions(base: Path, name: str, outcome: Outcome) -> str:
             f"(or: python apply.py rebase --abort)")
 
 
-def resume(engine, json_out: str | None) -> int:
+def resume(engine: Engine, json_out: str | None) -> int:
     base = work_dir(engine)
     if not (base / STATE).exists():
         raise PatchkitError(f"rebase --continue: expected a rebase in progress ({base / STATE}), found none")
-    state = load_state(base, engine.lock)
-    stop = state.get("stopped")
+    state = RebaseState.load(base, list(engine.lock.upstreams))
+    stop = state.stopped
     src = base / "backup"
     if stop:
-        entry = next((e for e in state["upstreams"] if e["name"] == stop["upstream"]), None)
-        if entry is None:
-            raise PatchkitError(f"{base / STATE}: stopped at upstream {stop['upstream']!r}, found no entry for it")
-        up = engine.lock.upstream(stop["upstream"])
+        entry = state.entry(stop.upstream)
+        up = engine.lock.upstream(stop.upstream)
         series = load_series(up.name, src / "patches", src / "overlay", up.root)
         replayer = Replayer(base / "repos" / up.name, base / "overlay")
-        left = [f for f in stop["files"] if has_markers(replayer.repo / f)]
-        left += [f for f in conflicted_files(replayer.repo) if f not in left and has_markers(replayer.repo / f)]
+        left = replayer.unresolved(stop.files)
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")
-        i = stop["index"]
-        if not 0 <= i < len(series.patches) or entry["patches"] != [p.name for p in series.patches]:
+        i = stop.index
+        if entry.patches != [p.name for p in series.patches]:
             raise PatchkitError(f"{base / STATE}: expected the stop to name a patch of the backed-up series, found "
                                 f"index {i} of {len(series.patches)}; run 'rebase --abort'")
         patch = series.patches[i]
-        outcome = Outcome(**entry["results"][i])
-        if replayer.head() != stop["head"] and git(replayer.repo, "status", "--porcelain").stdout.strip() == "":
-            outcome = replayer.adopt(entry["commits"][i], patch, outcome)     # the user committed the resolution themselves
+        outcome = entry.results[i]
+        if replayer.committed_since(stop.head):
+            outcome = replayer.adopt(patch, outcome)
         else:
-            outcome = replayer.finish(entry["commits"][i], patch, outcome)
+            outcome = replayer.finish(entry.commits[i], patch, outcome)
             if outcome.result == CONFLICT:
                 outcome.result = RESOLVED
-        outcome.detail.append("resolved by hand" if outcome.result != DROPPED else "")
-        outcome.detail = [d for d in outcome.detail if d]
-        entry["results"][i] = outcome.to_dict()
-        entry["next"] = i + 1
-        state["stopped"] = None
-        _save(base, state)
+        if outcome.result != DROPPED:
+            outcome.detail.append("resolved by hand")
+        entry.results[i] = outcome
+        entry.next = i + 1
+        state.stopped = None
+        state.save(base)
         _progress(f"[{up.name}] {patch.name}: {outcome.result}")
     return _drive(engine, base, src, state, json_out)
 
 
-def abort(engine) -> int:
+def abort(engine: Engine) -> int:
     """Drop the rebase in progress. If it had started rewriting pin.lock, patches/ and overlay/, put them
     back, but only from a backup whose manifest vouches for every file: with any other backup, restore
     and remove nothing and say what to do. If it had not, they are left as they are."""
     base = work_dir(engine)
-    repo = _repo_root(engine)
+    repo = engine.repo
     if not base.exists():
         print("rebase --abort: no rebase in progress")
         return 0
@@ -295,54 +273,13 @@ def abort(engine) -> int:
     return 0
 
 
-def load_state(base: Path, lock) -> dict:
-    """state.json, checked against its schema: names and paths in it are used to build paths."""
-    where = base / STATE
-    try:
-        state = json.loads(where.read_text())
-    except (OSError, ValueError) as exc:
-        raise PatchkitError(f"{where}: unreadable rebase state ({exc}); run 'rebase --abort'") from None
-
-    def need(ok: bool, what: str):
-        if not ok:
-            raise PatchkitError(f"{where}: expected {what}; run 'rebase --abort'")
-
-    need(isinstance(state, dict) and isinstance(state.get("upstreams"), list), "an object with an 'upstreams' list")
-    need(state.get("dry_run") is False, "'dry_run': false")
-    for e in state["upstreams"]:
-        need(isinstance(e, dict) and e.get("name") in lock.upstreams, f"each upstream named in pin.lock ({', '.join(lock.upstreams)})")
-        n = len(e.get("patches") or [])
-        need(isinstance(e.get("patches"), list) and all(isinstance(p, str) for p in e["patches"]), "'patches' as a list of names")
-        for p in e["patches"]:
-            safe_name(p, f"{where}: patch")
-        need(isinstance(e.get("commits"), list) and len(e["commits"]) == n
-             and all(isinstance(c, str) and c.isalnum() for c in e["commits"]), "one commit id per patch")
-        need(isinstance(e.get("results"), list) and len(e["results"]) == n
-             and all(isinstance(r, dict) for r in e["results"]), "one result per patch")
-        need(type(e.get("next")) is int and 0 <= e["next"] <= n, "'next' as a patch index")
-        need(isinstance(e.get("pin"), dict) and all(isinstance(e["pin"].get(k), str) for k in ("version", "artifact", "sha256", "tag")),
-             "'pin' with version, artifact, sha256 and tag")
-        safe_name(e["pin"]["artifact"], f"{where}: pin artifact")
-    stop = state.get("stopped")
-    if stop is not None:
-        need(isinstance(stop, dict) and isinstance(stop.get("upstream"), str) and type(stop.get("index")) is int
-             and isinstance(stop.get("head"), str) and isinstance(stop.get("files"), list), "'stopped' as {upstream, index, head, files}")
-        for f in stop["files"]:
-            clean_relpath(f, f"{where}: conflicted file")
-    return state
-
-
 # -- the refresh ------------------------------------------------------------------------------------
-def _refresh(engine, base: Path, state: dict) -> None:
+def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     """Write patches/, overlay/ and pin.lock, then prove the result applies and round-trips; else restore."""
-    from .engine import Engine
-
-    repo = _repo_root(engine)
-    exported = {}
-    for entry in state["upstreams"]:
-        exported[entry["name"]] = export_series(base / "repos" / entry["name"], base / "export" / entry["name"])
+    repo = engine.repo
+    exported = {e.name: export_series(base / "repos" / e.name, base / "export" / e.name) for e in state.upstreams}
     lock_text = update_lock_text((base / "backup" / "pin.lock").read_text(),
-                                 {e["name"]: e["pin"] for e in state["upstreams"]})
+                                 {e.name: e.pin.to_json() for e in state.upstreams})
     problem = backup_problem(base / "backup")
     if problem:
         raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
@@ -363,7 +300,7 @@ def _refresh(engine, base: Path, state: dict) -> None:
         for name in exported:
             up = fresh.lock.upstream(name)
             fresh.chain(name)                        # applies to the new release, overlay claims valid
-            problems = roundtrip_differences(fresh.series(name), fresh.pristine(name), up.root, f"{up.package} {up.version}")
+            problems = roundtrip_differences(fresh.series(name), fresh.pristine(name), up.root, up.label)
             if problems:
                 raise PatchkitError(f"refreshed series {name} does not round-trip: {problems[0]}")
     except BaseException as exc:
@@ -376,37 +313,36 @@ def _refresh(engine, base: Path, state: dict) -> None:
         (base / REFRESHING).unlink()
         raise
     shutil.rmtree(base)
-    for e in state["upstreams"]:
-        print(f"rebase: {e['name']} {e['from']} -> {e['pin']['version']}: wrote {len(exported[e['name']])} patch(es), pin.lock updated")
+    for e in state.upstreams:
+        print(f"rebase: {e.label}: wrote {len(exported[e.name])} patch(es), pin.lock updated")
 
 
 # -- report ---------------------------------------------------------------------------------------
-def format_report(state: dict) -> str:
+def format_report(state: RebaseState) -> str:
     rows, notes = [], []
-    for e in state["upstreams"]:
-        for r in e["results"]:
-            reached = "NO" if r["unreached"] else ("-" if r["result"] in (PENDING, UPSTREAM, DROPPED) else "yes")
-            rows.append([f"{e['name']} {e['from']} -> {e['pin']['version']}", r["patch"], r["result"], reached])
-            lines = r["detail"] + [f"no longer reached: {u}" for u in r["unreached"]]
-            if lines:
-                notes.append(f"{e['name']}/{r['patch']}:\n" + "\n".join(f"    {d}" for d in lines))
+    outcomes = [(e, r) for e in state.upstreams for r in e.results]
+    for e, r in outcomes:
+        reached = "NO" if r.unreached else ("-" if r.result in (PENDING, UPSTREAM, DROPPED) else "yes")
+        rows.append([e.label, r.patch, r.result, reached])
+        lines = r.detail + [f"no longer reached: {u}" for u in r.unreached]
+        if lines:
+            notes.append(f"{e.name}/{r.patch}:\n" + "\n".join(f"    {d}" for d in lines))
     out = [table(rows, ["upstream", "patch", "result", "reached"])]
     if notes:
         out += ["", "details:"] + notes
-    upstreamed = [r["patch"] for e in state["upstreams"] for r in e["results"] if r["result"] == UPSTREAM]
+    upstreamed = [r.patch for _, r in outcomes if r.result == UPSTREAM]
     if upstreamed:
         out.append("already upstream (dropped from the refreshed series): " + ", ".join(upstreamed))
-    dropped = [r["patch"] for e in state["upstreams"] for r in e["results"] if r["result"] == DROPPED]
+    dropped = [r.patch for _, r in outcomes if r.result == DROPPED]
     if dropped:
         out.append("dropped (empty after resolution; not in the refreshed series): " + ", ".join(dropped))
-    unreached = [r["patch"] for e in state["upstreams"] for r in e["results"]
-                 if r["unreached"] and r["result"] not in (UPSTREAM, DROPPED)]
+    unreached = [r.patch for _, r in outcomes if r.unreached and r.result not in (UPSTREAM, DROPPED)]
     if unreached:
         out.append("no longer reached on the new release (kept; add a hunk that routes to it, or drop it): "
                    + ", ".join(unreached))
     return "\n".join(out)
 
 
-def _write_json(path: str | None, state: dict, status: str) -> None:
+def _write_json(path: str | None, state: RebaseState, status: str) -> None:
     if path:
-        Path(path).write_text(json.dumps({"status": status, "upstreams": state["upstreams"]}, indent=1))
+        Path(path).write_text(json.dumps({"status": status, "upstreams": state.to_json()["upstreams"]}, indent=1))

@@ -10,9 +10,9 @@ import os
 import shutil
 from pathlib import Path
 
-from . import PatchkitError, faults
-from .hashing import sha256_file
-from .paths import clean_relpath
+from .. import PatchkitError, faults
+from ..hashing import sha256_file
+from ..paths import clean_relpath
 
 MANIFEST = "MANIFEST.json"
 DATA_DIRS = ("patches", "overlay")

@@ -8,18 +8,15 @@ bare release with a 3-way merge (`git merge-file`); if that conflicts, export th
 """
 from __future__ import annotations
 
-import email.utils
-import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError
-from .gitcmd import git as scratch_git
-from .patchfile import PatchFile
-from .prbody import commit_message, pr_body
-from .hashing import sha256_bytes
+from .. import PatchkitError
+from ..check import depends_on_errors
+from ..gitcmd import author_env, checkout_git, git
+from ..hashing import sha256_bytes
+from .body import commit_message, pr_body
 
 
 def add_parser(sub) -> None:
@@ -58,16 +55,6 @@ def find_patch(engine, spec: str):
     return hits[0]
 
 
-# -- Depends-On: trailers (a patch names the earlier patches of its series it needs) ---------------
-def depends_on_errors(series, patch) -> list[str]:
-    """One message per Depends-On: trailer that does not name a patch earlier in the same series."""
-    names = [p.name for p in series.patches]
-    earlier = names[: names.index(patch.name)]
-    return [f"Depends-On: {dep}: expected a patch earlier in the {series.name} series, found "
-            + ("it at or after this patch" if dep in names else "no such patch")
-            for dep in patch.trailer("Depends-On") if dep not in earlier]
-
-
 def default_branch(patch_name: str) -> str:
     return "pr/" + re.sub(r"^\d{4}-", "", patch_name[:-len(".patch")])
 
@@ -86,19 +73,19 @@ def stack_base(repo: Path, series, index: int, head: str, prefix: str) -> tuple[
     tips = []
     for dep in sorted(deps, key=order.index):
         branch = default_branch(dep)
-        tip = _ugit(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}", check=False).strip()
+        tip = checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}", check=False).stdout.strip()
         if not tip:
             raise PatchkitError(f"export-pr: {patch.name} depends on {dep}: expected its branch {branch} in {repo}, "
                                 f"found none; export {dep} first")
         tips.append(tip)
     tip = tips[-1]  # the latest dependency's branch; the others must be part of it
     for other in [head] + tips:
-        if subprocess.run(["git", "merge-base", "--is-ancestor", other, tip], cwd=repo).returncode != 0:
+        if checkout_git(repo, "merge-base", "--is-ancestor", other, tip, check=False).returncode != 0:
             raise PatchkitError(f"export-pr: {patch.name}: expected {tip[:12]} (the branch of a patch it depends on) "
                                 f"to contain {other[:12]}, found it does not")
 
     def read(rel: str) -> bytes | None:
-        proc = subprocess.run(["git", "cat-file", "blob", f"{tip}:{prefix}{rel}"], cwd=repo, capture_output=True)
+        proc = checkout_git(repo, "cat-file", "blob", f"{tip}:{prefix}{rel}", check=False, text=False)
         return proc.stdout if proc.returncode == 0 else None
 
     return tip, read
@@ -112,7 +99,7 @@ def standalone_change(series, index: int, pristine, ours_of=None) -> dict[str, b
     mine = list(dict.fromkeys(patch.paths))
     with tempfile.TemporaryDirectory(prefix="patchkit-pr-") as tmp:
         scratch = Path(tmp) / "tree"
-        scratch_git(Path(tmp), "init", "-q", "tree")
+        git(Path(tmp), "init", "-q", "tree")
         for rel in mine:
             if pristine.has(rel):
                 (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +112,7 @@ def standalone_change(series, index: int, pristine, ours_of=None) -> dict[str, b
                 continue
             files = [rel for rel in dict.fromkeys(p.paths) if rel in mine]
             include = [f"--include={rel}" for rel in files]
-            proc = scratch_git(scratch, "apply", "--whitespace=nowarn", *include, str(p.path.resolve()), check=False)
+            proc = git(scratch, "apply", "--whitespace=nowarn", *include, str(p.path.resolve()), check=False)
             if proc.returncode != 0:
                 raise PatchkitError(f"{p.path}: does not apply to the pinned release: {proc.stderr.strip()[:200]}")
         theirs = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
@@ -137,7 +124,7 @@ def standalone_change(series, index: int, pristine, ours_of=None) -> dict[str, b
                 continue
             for label, data in (("ours", ours), ("base", base[rel]), ("theirs", theirs[rel])):
                 (Path(tmp) / label).write_bytes(data)
-            merged = subprocess.run(["git", "merge-file", "-p", "ours", "base", "theirs"], cwd=tmp, capture_output=True)
+            merged = git(Path(tmp), "merge-file", "-p", "ours", "base", "theirs", check=False, text=False)
             if merged.returncode != 0:
                 earlier = [p.name for p in series.patches[:index] if rel in p.paths]
                 raise PatchkitError(f"export-pr: {patch.name} changes {rel} on top of {', '.join(earlier)}; "
@@ -147,35 +134,24 @@ def standalone_change(series, index: int, pristine, ours_of=None) -> dict[str, b
 
 
 # -- the user's checkout --------------------------------------------------------------------------
-def _ugit(repo: Path, *args: str, env: dict | None = None, stdin: bytes | None = None, check=True) -> str:
-    """git in the user's checkout, with the user's own configuration."""
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, input=stdin,
-                          env={**os.environ, "LC_ALL": "C", **(env or {})})
-    if check and proc.returncode != 0:
-        msg = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise PatchkitError(f"git {args[0]} failed in {repo}: {msg[0] if msg else proc.returncode}")
-    return proc.stdout.decode(errors="replace")
-
-
 def check_checkout(repo: Path, up, pristine, paths: list[str], prefix: str) -> str:
     """Refuse a checkout that is not git, dirty, or not the pinned release; returns HEAD's commit."""
     if not repo.is_dir():
         raise PatchkitError(f"export-pr: {repo}: expected a git checkout of {up.repo or up.package}, found no directory")
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True)
+    top = checkout_git(repo, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != repo.resolve():
         raise PatchkitError(f"export-pr: {repo}: expected the top of a git checkout, found "
                             f"{'a subdirectory of ' + top.stdout.strip() if top.returncode == 0 else 'no git repository'}")
-    dirty = _ugit(repo, "status", "--porcelain", "--untracked-files=no").splitlines()
+    dirty = checkout_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
     if dirty:
         raise PatchkitError(f"export-pr: {repo}: expected a clean checkout, found {len(dirty)} changed file(s), "
                             f"e.g. '{dirty[0][3:]}'; commit or stash them first")
-    head = _ugit(repo, "rev-parse", "HEAD").strip()
+    head = checkout_git(repo, "rev-parse", "HEAD").stdout.strip()
     if up.tag:
-        tagged = subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/tags/{up.tag}^{{commit}}"],
-                                cwd=repo, capture_output=True, text=True).stdout.strip()
+        tagged = checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/tags/{up.tag}^{{commit}}", check=False).stdout.strip()
         if tagged and tagged != head:
-            found = _ugit(repo, "describe", "--tags", "--always", "HEAD").strip()
-            raise PatchkitError(f"export-pr: {repo}: expected HEAD at {up.tag} ({up.package} {up.version}), found {found}; "
+            found = checkout_git(repo, "describe", "--tags", "--always", "HEAD").stdout.strip()
+            raise PatchkitError(f"export-pr: {repo}: expected HEAD at {up.tag} ({up.label}), found {found}; "
                                 f"run 'git checkout {up.tag}' first")
     for rel in paths:
         expected = pristine.read(rel) if pristine.has(rel) else None
@@ -184,42 +160,29 @@ def check_checkout(repo: Path, up, pristine, paths: list[str], prefix: str) -> s
         if found != expected:
             state = "absent" if found is None else f"sha256 {sha256_bytes(found)[:12]}"
             want = "absent" if expected is None else f"sha256 {sha256_bytes(expected)[:12]}"
-            raise PatchkitError(f"export-pr: {repo}: expected {prefix + rel} as in {up.package} {up.version} ({want}), "
+            raise PatchkitError(f"export-pr: {repo}: expected {prefix + rel} as in {up.label} ({want}), "
                                 f"found {state}: the checkout is not the pinned release")
     return head
-
-
-def _author(patch: PatchFile) -> dict:
-    head = patch.path.read_text(encoding="utf-8").split("\n\n", 1)[0]
-    who = re.search(r"^From: (.+)$", head, re.M)
-    when = re.search(r"^Date: (.+)$", head, re.M)
-    env = {}
-    if who:
-        name, addr = email.utils.parseaddr(who.group(1))
-        env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=addr)
-    if when:
-        env["GIT_AUTHOR_DATE"] = when.group(1)
-    return env
 
 
 def make_commit(repo: Path, head: str, files: dict[str, bytes | None], message: str, author: dict, branch: str) -> str:
     """Commit `files` (repo paths) on top of head as `branch`, through a private index."""
     with tempfile.TemporaryDirectory(prefix="patchkit-pr-index-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _ugit(repo, "read-tree", head, env=env)
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        checkout_git(repo, "read-tree", head, env=index)
         for path, data in files.items():
             if data is None:
-                _ugit(repo, "update-index", "--force-remove", "--", path, env=env)
+                checkout_git(repo, "update-index", "--force-remove", "--", path, env=index)
                 continue
-            blob = _ugit(repo, "hash-object", "-w", "--stdin", stdin=data).strip()
-            mode = _ugit(repo, "ls-tree", head, "--", path).split(" ", 1)[0] or "100644"
-            _ugit(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=env)
-        tree = _ugit(repo, "write-tree", env=env).strip()
-    ident = {} if _ugit(repo, "config", "user.email", check=False).strip() else {
+            blob = checkout_git(repo, "hash-object", "-w", "--stdin", input=data, text=False).stdout.decode().strip()
+            mode = checkout_git(repo, "ls-tree", head, "--", path).stdout.split(" ", 1)[0] or "100644"
+            checkout_git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=index)
+        tree = checkout_git(repo, "write-tree", env=index).stdout.strip()
+    ident = {} if checkout_git(repo, "config", "user.email", check=False).stdout.strip() else {
         "GIT_COMMITTER_NAME": author.get("GIT_AUTHOR_NAME", "patchkit"),
         "GIT_COMMITTER_EMAIL": author.get("GIT_AUTHOR_EMAIL", "patchkit@invalid")}
-    commit = _ugit(repo, "commit-tree", tree, "-p", head, env={**author, **ident}, stdin=message.encode()).strip()
-    _ugit(repo, "branch", branch, commit)
+    commit = checkout_git(repo, "commit-tree", tree, "-p", head, env={**author, **ident}, input=message).stdout.strip()
+    checkout_git(repo, "branch", branch, commit)
     return commit
 
 
@@ -237,8 +200,7 @@ def run(engine, args) -> int:
         raise PatchkitError(f"export-pr: --body {body_path}: expected a new file, found an existing one; "
                             "pass another path or remove it; nothing written")
     head = check_checkout(repo, up, pristine, list(dict.fromkeys(patch.paths)) + overlay, prefix)
-    if subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/heads/{branch}"], cwd=repo,
-                      capture_output=True).returncode == 0:
+    if checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}", check=False).returncode == 0:
         raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
     parent, ours_of = stack_base(repo, series, index, head, prefix)
     change = standalone_change(series, index, pristine, ours_of)
@@ -247,17 +209,17 @@ def run(engine, args) -> int:
     files = {prefix + rel: data for rel, data in change.items()}
     # Depends-On: names a file of this series: the branch's parent says it upstream
     message = "".join(l for l in commit_message(patch).splitlines(True) if not l.startswith("Depends-On: "))
-    commit = make_commit(repo, parent, files, message, _author(patch), branch)
+    commit = make_commit(repo, parent, files, message, author_env(patch.author, patch.date), branch)
     kinds = [(prefix + rel, "deleted" if data is None else "new file" if not pristine.has(rel) else "modified")
              for rel, data in change.items()]
     base = f"{up.package} {up.tag or up.version} ({head[:12]})"
     if parent != head:
         base = f"branch {', '.join(default_branch(d) for d in patch.trailer('Depends-On'))} ({parent[:12]}) on {base}"
     body_path.parent.mkdir(parents=True, exist_ok=True)
-    body = pr_body(patch, Path(engine.lock.path).resolve().parent, kinds, base)
+    body = pr_body(patch, engine.repo, kinds, base)
     body_path.write_text(body, encoding="utf-8")
     # also git's own place for it, which `git format-patch --cover-from-description` and request-pull read
-    _ugit(repo, "config", f"branch.{branch}.description", body)
+    checkout_git(repo, "config", f"branch.{branch}.description", body)
     print(f"export-pr: {repo}: branch {branch} = {commit[:12]} on {up.tag or head[:12] if parent == head else parent[:12]} "
           f"({len(files)} file(s): {', '.join(files)})")
     print(f"export-pr: PR body written to {body_path}")

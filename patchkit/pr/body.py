@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .patchfile import PatchFile
+from ..patchfile import PatchFile
 
 # Trailers that only mean something to this overlay; they do not go into the upstream commit.
 OVERLAY_TRAILERS = {"upstream-status", "evidence", "test", "overlay", "reached-if", "unreached-if"}
