@@ -50,6 +50,7 @@ if str(REPO) not in sys.path:
 
 from patchkit import PatchkitError  # noqa: E402
 from patchkit.lockfile import load_lock  # noqa: E402
+from patchkit.names import canonical_name  # noqa: E402
 from serving import bundle_slim  # noqa: E402
 from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,  # noqa: E402
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
@@ -114,13 +115,9 @@ def read_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str, str]]:
     return reqs
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def find_wheel(folder: Path, name: str, version: str) -> Path:
     found = [p for p in sorted(Path(folder).glob("*.whl"))
-             if _norm(p.name.split("-")[0]) == _norm(name) and p.name.split("-")[1] == version]
+             if canonical_name(p.name.split("-")[0]) == canonical_name(name) and p.name.split("-")[1] == version]
     if len(found) != 1:
         raise BundleError(f"{folder}: expected one wheel of {name}=={version}, found "
                           f"{', '.join(p.name for p in found) or 'none'}")
@@ -143,7 +140,7 @@ def pinned_artifacts(log=say) -> list[tuple[Path, str]]:
     out = []
     for name, up in engine.lock.upstreams.items():
         wheel = engine.pristine(name, log).wheel
-        out.append((wheel, f"pinned {up.package} {up.version} (pin.lock, sha256 verified); install unpacks it "
+        out.append((wheel, f"pinned {up.label} (pin.lock, sha256 verified); install unpacks it "
                            f"into trees/pinned and applies the patch set to a copy in trees/patched"))
     return out
 
@@ -203,7 +200,7 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
             shutil.copy2(path, dest)
             files.append(entry(dest, f"artifacts/{path.name}", why))
         for path, why in wheels:
-            dist = _norm(path.name.split("-")[0])
+            dist = canonical_name(path.name.split("-")[0])
             source = {"file": path.name, "sha256": entry(path, path.name, "")["sha256"]}
             if dist in SLIMMED:
                 dest, dropped = bundle_slim.slim_kernel_wheel(path, payload / "wheels", gpu_cc)

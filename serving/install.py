@@ -12,7 +12,6 @@ re-checks: pip is skipped, apply reports "nothing to do".
 from __future__ import annotations
 
 import argparse
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from patchkit import PatchkitError  # noqa: E402
+from patchkit.hashing import sha256_bytes  # noqa: E402
 from patchkit.lockfile import load_lock  # noqa: E402
 
 CPU_TEST_REQUIREMENTS = REPO / "serving" / "requirements-cpu-test.txt"
@@ -68,7 +68,7 @@ def write_stamp(venv: Path, key: str) -> None:
 def install_serving(venv: Path) -> int:
     lock = load_lock(REPO / "pin.lock")
     reqs = serving_requirements(lock)
-    key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()
+    key = sha256_bytes("\n".join(reqs).encode())
     python = ensure_venv(venv)
     if stamp_ok(venv, key):
         say(f"{venv} already has {' '.join(reqs)}")
@@ -104,7 +104,7 @@ def install_cpu_tests(venv: Path) -> int:
 
     lock = load_lock(REPO / "pin.lock")
     wheel = fetch(lock.upstream("sglang"), lock.index_url, log=say)
-    key = hashlib.sha256(CPU_TEST_REQUIREMENTS.read_bytes() + wheel.name.encode()).hexdigest()
+    key = sha256_bytes(CPU_TEST_REQUIREMENTS.read_bytes() + wheel.name.encode())
     python = ensure_venv(venv)
     if stamp_ok(venv, key):
         say(f"{venv} is up to date")

@@ -1,9 +1,10 @@
 """Helpers for engine tests: a scratch copy of this repository's data and snapshots of target trees."""
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
+
+from patchkit.hashing import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +31,7 @@ def snapshot(root: Path) -> dict[str, str]:
         if p.is_dir():
             out[rel + "/"] = "dir"
         else:
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            out[rel] = sha256_file(p)
     return out
 
 

@@ -8,8 +8,6 @@ real pinned wheels are used where the property depends on them (tests/test_fault
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.server
 import os
 import shutil
@@ -21,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 from engine_fixtures import REPO
+from patchkit.hashing import record_digest, sha256_file
 
 PACKAGE = "demo"
 
@@ -50,8 +49,7 @@ def make_wheel(dest: Path, version: str, files: dict[str, bytes | str], extra: d
     entries[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     lines = []
     for name, data in entries.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        lines.append((record_override or {}).get(name, f"{name},sha256={digest},{len(data)}"))
+        lines.append((record_override or {}).get(name, f"{name},{record_digest(data)},{len(data)}"))
     lines.append(f"{info}/RECORD,,")
     entries[f"{info}/RECORD"] = ("\n".join(lines) + "\n").encode()
     entries.update(extra or {})
@@ -63,7 +61,7 @@ def make_wheel(dest: Path, version: str, files: dict[str, bytes | str], extra: d
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 def pin_lock(wheel: Path, version: str, index_url: str = "") -> str:

@@ -6,8 +6,6 @@ sm90/ and sm100/ common_ops, flashmla_ops) in tmp_path. The pinned sglang / flas
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import subprocess
 import sys
@@ -21,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from patchkit.engine import Engine  # noqa: E402
+from patchkit.hashing import record_digest, sha256_bytes  # noqa: E402
 from patchkit.lockfile import load_lock  # noqa: E402
 from patchkit.state import APPLIED, PRISTINE  # noqa: E402
 from serving import bundle, bundle_slim  # noqa: E402
@@ -42,8 +41,7 @@ KERNEL_MEMBERS = {
 
 
 def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+    return f"{name},{record_digest(data)},{len(data)}"
 
 
 def make_wheel(folder: Path, dist: str, version: str, tag: str, members: dict[str, bytes]) -> Path:
@@ -169,7 +167,7 @@ def test_manifest_lists_every_file_and_member_with_size_sha_and_why(tmp_path, ke
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     assert sorted(members) == sorted(m["path"] for m in manifest["payload"])
     for m in manifest["payload"]:
-        assert m["size"] == len(members[m["path"]]) and m["sha256"] == hashlib.sha256(members[m["path"]]).hexdigest()
+        assert m["size"] == len(members[m["path"]]) and m["sha256"] == sha256_bytes(members[m["path"]])
         assert m["why"]
     paths = set(members)
     assert {"wheels/sglang_kernel-0.4.4-1slimsm90-cp310-abi3-manylinux2014_x86_64.whl",

@@ -15,7 +15,7 @@ import pytest
 from engine_fixtures import REPO, copy_repo_data, first_patch_with_hunk, snapshot
 from patchkit import PatchkitError
 from patchkit.engine import Engine
-from patchkit.state import APPLIED, PRISTINE
+from patchkit.state import APPLIED, PARTIAL, PRISTINE
 
 quiet = lambda *a, **k: None
 
@@ -82,6 +82,60 @@ def test_cli_apply_status_revert_exit_codes(target):
     assert r.returncode == 0, r.stderr
     r = run_cli(REPO, "status", "--target", str(target))
     assert f"target {target}: pristine" in r.stdout
+
+
+def _half_applied_patch(engine, repo_copy):
+    """(upstream, patch, path, bytes): a patch of the real series touching two or more files, one of them (touched
+    by no later patch) and the bytes it has with every earlier patch applied but not this one."""
+    for name in engine.lock.upstreams:
+        patches = engine.series(name).patches
+        for i in reversed(range(len(patches))):
+            later = {q for p in patches[i + 1:] for q in p.paths}
+            mine = [q for q in dict.fromkeys(patches[i].paths) if q not in later]
+            if len(set(patches[i].paths)) < 2 or not mine:
+                continue
+            series = repo_copy / "patches" / name / "series"
+            series.write_text("".join(p.name + "\n" for p in patches[:i]))
+            for p in patches[i:]:
+                (series.parent / p.name).unlink()
+            earlier = Engine.from_repo(repo_copy).chain(name).files.get(mine[0])
+            pristine = engine.pristine(name)
+            before = earlier.final if earlier else pristine.read(mine[0]) if pristine.has(mine[0]) else None
+            return name, patches[i], mine[0], before
+    pytest.skip("no patch of the series touches two files")
+
+
+@pytest.mark.parametrize("finish", ["apply", "revert"])
+def test_a_partly_applied_tree_reads_partial_and_apply_or_revert_finishes_it(target, repo_copy, finish):
+    """One file of a two-file patch is put back to its bytes before that patch: status must say partial (exit 1)
+    and name that patch, never call the tree applied; apply completes it, revert restores every pinned byte."""
+    engine = Engine.from_repo(REPO)
+    pristine_tree = snapshot(target)
+    engine.apply(target, log=quiet)
+    applied_tree = snapshot(target)
+    name, patch, rel, before = _half_applied_patch(engine, repo_copy)
+    (target / rel).write_bytes(before)
+
+    state = engine.status(target)
+    assert state.summary == PARTIAL
+    rows = {(u, p): s for u, p, s in all_patches(state)}
+    assert rows[(name, patch.name)] == PARTIAL, rows
+    assert all(s == APPLIED for key, s in rows.items() if key != (name, patch.name)), rows
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 1 and f"target {target}: partial" in r.stdout, r.stdout
+    row = next(l for l in r.stdout.splitlines() if patch.name in l)
+    assert " partial " in row, r.stdout
+
+    r = run_cli(REPO, finish, "--target", str(target))
+    assert r.returncode == 0, r.stderr
+    done = "applied" if finish == "apply" else "pristine"
+    row = next(l for l in r.stdout.splitlines() if patch.name in l)
+    assert f" partial -> {done} " in row, r.stdout
+    r = run_cli(REPO, "status", "--target", str(target))
+    assert r.returncode == 0 and f"target {target}: {done}" in r.stdout
+    record = ".patchkit-written.json"   # holds each written file's mtime: not part of the tree's bytes
+    assert ({k: v for k, v in snapshot(target).items() if k != record}
+            == {k: v for k, v in (applied_tree if finish == "apply" else pristine_tree).items() if k != record})
 
 
 def test_dry_run_writes_nothing(target):

@@ -5,7 +5,6 @@ Issue #16, failures 3, 4 and 5. Runs on the crafted `demo` upstream (tests/fault
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from engine_fixtures import snapshot
 from fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, make_wheel, one_line_error,
                             pin_lock)
+from patchkit.hashing import sha256_bytes, sha256_file
 
 
 def _add_trailer(patch, line: str) -> None:
@@ -105,7 +105,7 @@ def test_record_from_before_16_still_vouches_for_files_unchanged_since(tmp_path)
     util.write_bytes(old_final + b"# local edit\n")
     future = record.stat().st_mtime_ns + 10**9
     os.utime(util, ns=(future, future))
-    _forge_digest(site, f"{PACKAGE}/util.py", hashlib.sha256(util.read_bytes()).hexdigest())
+    _forge_digest(site, f"{PACKAGE}/util.py", sha256_file(util))
     os.utime(record, ns=(future - 10**6, future - 10**6))   # the record predates the edit
     proc = cli(repo, "apply", "--target", str(site), env=env)
     assert one_line_error(proc) and "util.py" in proc.stderr, proc.stderr
@@ -120,7 +120,7 @@ def test_forged_record_cannot_make_revert_delete_outside_the_target(tmp_path):
     repo, env, site = _applied(tmp_path)
     victim = tmp_path / "victim.txt"         # site/demo/../../victim.txt
     victim.write_text("a user's file\n")
-    _forge_digest(site, f"{PACKAGE}/../../victim.txt", hashlib.sha256(victim.read_bytes()).hexdigest())
+    _forge_digest(site, f"{PACKAGE}/../../victim.txt", sha256_file(victim))
     before = snapshot(site)
     for cmd in ("revert", "apply", "status"):
         proc = cli(repo, cmd, "--target", str(site), env=env)
@@ -134,7 +134,7 @@ def test_forged_digest_cannot_make_apply_overwrite_a_local_edit(tmp_path):
     for rel in (f"{PACKAGE}/util.py", f"{PACKAGE}/__init__.py"):   # a patched file, and one the series never touches
         edited = (site / rel).read_text() + "# local edit\n"
         (site / rel).write_text(edited)
-        _forge_digest(site, rel, hashlib.sha256(edited.encode()).hexdigest())
+        _forge_digest(site, rel, sha256_bytes(edited.encode()))
         before = snapshot(site)
         for cmd in ("apply", "revert"):
             proc = cli(repo, cmd, "--target", str(site), env=env)

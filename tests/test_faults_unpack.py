@@ -6,9 +6,7 @@ against their own RECORD files; the RECORD-mismatch tests use small crafted whee
 """
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import shutil
 
@@ -16,6 +14,7 @@ import pytest
 
 from engine_fixtures import copy_repo_data
 from fault_fixtures import PACKAGE, RELEASES, cli, demo_repo, make_wheel, one_line_error, pin_lock
+from patchkit.hashing import record_digest
 from patchkit.lockfile import load_lock
 
 STAGE_PREFIX = ".patchkit-unpack-"   # patchkit.pristine.STAGE_PREFIX: where an unpack in progress lives
@@ -30,8 +29,7 @@ def _record_mismatches(site, wheel, root) -> list[str]:
         if not name.startswith((root + "/", info + "/")) or not digest:
             continue
         f = site / name
-        got = base64.urlsafe_b64encode(hashlib.sha256(f.read_bytes()).digest()).rstrip(b"=").decode() if f.is_file() else None
-        if "sha256=" + str(got) != digest:
+        if not f.is_file() or record_digest(f.read_bytes()) != digest:
             bad.append(name)
     return bad
 

@@ -96,9 +96,10 @@ class Move:
 
 def _new_pin(lock, name: str, version: str) -> Upstream:
     up = lock.upstream(name)
-    _progress(f"[{name}] looking up {up.package} {version} on {lock.index_url}")
+    wanted = dataclasses.replace(up, version=version).label
+    _progress(f"[{name}] looking up {wanted} on {lock.index_url}")
     rel = find_release(lock.index_url, up.package, version, up.artifact)
-    safe_name(rel.artifact, f"package index: artifact of {up.package} {version}")
+    safe_name(rel.artifact, f"package index: artifact of {wanted}")
     tag = up.tag.replace(up.version, version) if up.version in up.tag else up.tag
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag)
 
