@@ -4,7 +4,7 @@
 # Usage: PYTHON=.venv/bin/python tests/guard_removal.sh
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
-EDITED="patchkit/series.py patchkit/pristine.py patchkit/lock.py patchkit/backup.py patchkit/rebase.py patchkit/transaction.py"
+EDITED="patchkit/series.py patchkit/pristine.py patchkit/lock.py patchkit/rebase/backup.py patchkit/rebase/run.py patchkit/transaction.py"
 if [ -n "$(git status --porcelain -- $EDITED)" ]; then echo "uncommitted changes in $EDITED: commit them first"; exit 1; fi
 run() { timeout 600 $PY -m pytest -q --tb=line -p no:cacheprovider "$@" 2>&1 | grep -E "^/|passed|failed" | cut -c1-260; }
 echo "== traversal guard (series.py: paths.under -> the old startswith(root + '/'))"
@@ -25,25 +25,25 @@ PYEOF
 git diff --stat patchkit/lock.py
 run tests/test_faults_lock.py
 git checkout patchkit/lock.py
-echo "== abort guard (backup.py: backup_problem() vouches for any backup)"
+echo "== abort guard (rebase/backup.py: backup_problem() vouches for any backup)"
 python3 - <<'PYEOF'
-p='patchkit/backup.py'; s=open(p).read()
+p='patchkit/rebase/backup.py'; s=open(p).read()
 s=s.replace('    """Why `backup` is not a complete backup (None when every file it lists is there, intact, and nothing else)."""\n',
             '    """Why `backup` is not a complete backup (None when every file it lists is there, intact, and nothing else)."""\n    return None  # GUARD REMOVED\n',1); open(p,'w').write(s)
 PYEOF
-git diff --stat patchkit/backup.py
+git diff --stat patchkit/rebase/backup.py
 run tests/test_faults_kill.py -k "abort"
-git checkout patchkit/backup.py
-echo "== abort guard, second half (rebase.py: abort restores whenever a backup dir exists, as before)"
+git checkout patchkit/rebase/backup.py
+echo "== abort guard, second half (rebase/run.py: abort restores whenever a backup dir exists, as before)"
 python3 - <<'PYEOF'
-p='patchkit/rebase.py'; s=open(p).read()
+p='patchkit/rebase/run.py'; s=open(p).read()
 s=s.replace('    refreshing = (base / REFRESHING).exists()\n', '    refreshing = (base / "backup" / "pin.lock").exists()  # GUARD REMOVED\n',1)
 s=s.replace('    if refreshing and problem:\n', '    if False:\n',1)
 open(p,'w').write(s)
 PYEOF
-git diff --stat patchkit/rebase.py
+git diff --stat patchkit/rebase/run.py
 run tests/test_faults_kill.py -k "abort"
-git checkout patchkit/rebase.py
+git checkout patchkit/rebase/run.py
 echo "== RECORD guard (pristine.py: the unpacked files are not verified)"
 sed -i 's/            self._verify(stage, names, dist_info)/            pass/' patchkit/pristine.py
 git diff --stat patchkit/pristine.py
