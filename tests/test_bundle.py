@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO))
 
 from patchkit.engine import Engine  # noqa: E402
 from patchkit.hashing import record_digest, sha256_bytes  # noqa: E402
+from patchkit.names import canonical_name  # noqa: E402
 from patchkit.lockfile import load_lock  # noqa: E402
 from patchkit.state import APPLIED, PRISTINE  # noqa: E402
 from serving import bundle, bundle_slim  # noqa: E402
@@ -131,16 +132,16 @@ def test_other_closure_wheels_keep_every_file(tmp_path, tiny_wheel):
 # ---- requirements data ---------------------------------------------------------------------------------------------
 def test_requirements_are_exact_and_agree_with_the_pinned_sglang():
     reqs = bundle.read_requirements()
-    names = [bundle._norm(n) for n, _, _ in reqs]
+    names = [canonical_name(n) for n, _, _ in reqs]
     assert len(names) == len(set(names)), "one version of each wheel: two stop the whole install"
     assert all(why for _, _, why in reqs)
-    ours = {bundle._norm(n): v for n, v, _ in reqs}
+    ours = {canonical_name(n): v for n, v, _ in reqs}
     meta = pristine_wheel("sglang").read("sglang-0.5.14.dist-info/METADATA").decode()
     pins = {}
     for line in meta.splitlines():
         if line.startswith("Requires-Dist:") and "==" in line and ";" not in line:
             name, version = line[len("Requires-Dist:"):].strip().split("==")
-            pins[bundle._norm(name.split("[")[0])] = version.strip()
+            pins[canonical_name(name.split("[")[0])] = version.strip()
     # Every sglang ==pin we carry is carried at that version, except tvm-ffi (the file says why).
     for name, version in ours.items():
         if name in pins and name != "apache-tvm-ffi":
