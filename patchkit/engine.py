@@ -151,9 +151,9 @@ class Engine:
             if not u.present:
                 continue
             for path, fc in self.chain(u.name).files.items():
-                want = fc.final if to_final else fc.pristine
-                if target.read(path) != want:
-                    changes.append(Change(path, target.read(path), want))
+                want, current = (fc.final if to_final else fc.pristine), target.read(path)
+                if current != want:
+                    changes.append(Change(path, current, want))
             pristine = self.pristine(u.name)
             for fs in u.leftover:
                 changes.append(Change(fs.path, target.read(fs.path), pristine.read(fs.path) if pristine.has(fs.path) else None))
