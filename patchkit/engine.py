@@ -45,7 +45,7 @@ class Engine:
     # -- inputs -------------------------------------------------------------------------------
     def pristine(self, name: str, log=_quiet) -> Pristine:
         if name not in self._pristine:
-            self._pristine[name] = Pristine(fetch(self.lock.upstream(name), self.lock.index_url, log=log))
+            self._pristine[name] = Pristine(fetch(self.lock.upstream(name), log=log))
         return self._pristine[name]
 
     def series(self, name: str) -> Series:

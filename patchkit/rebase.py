@@ -18,8 +18,7 @@ from pathlib import Path
 
 from . import PatchkitError, UsageError, faults
 from .backup import backup_problem, mirror, restore, snapshot
-from .fetch import fetch
-from .index import find_release
+from .fetch import fetch, find_release
 from .lockedit import update_lock_text
 from .lock import repo_lock
 from .lockfile import Upstream, load_lock
@@ -102,8 +101,7 @@ def _progress(msg: str) -> None:
 
 def _new_pin(lock, name: str, version: str) -> Upstream:
     up = lock.upstream(name)
-    _progress(f"[{name}] looking up {up.package} {version} on {lock.index_url}")
-    rel = find_release(lock.index_url, up.package, version, up.artifact)
+    rel = find_release(up.package, version, up.artifact, log=lambda m: _progress(f"[{name}] {m}"))
     safe_name(rel.artifact, f"package index: artifact of {up.package} {version}")
     tag = up.tag.replace(up.version, version) if up.version in up.tag else up.tag
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag)
@@ -129,7 +127,6 @@ def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) 
             _progress(f"[{name}] already at {old.version}: nothing to do")
             continue
         new = _new_pin(engine.lock, name, targets[name])
-        fetch(new, engine.lock.index_url, log=lambda m: _progress(f"[{name}] {m}"))
         _progress(f"[{name}] {new.artifact}: sha256 verified ({new.sha256[:12]}…)")
         plan.append((old, new))
     if not plan:
@@ -154,8 +151,7 @@ def start(engine, targets: dict[str, str], dry_run: bool, json_out: str | None) 
             series = load_series(old.name, src / "patches", src / "overlay", old.root)
             _progress(f"[{old.name}] building {old.version} -> {new.version} in a scratch repo")
             commits = build_rebase_repo(base / "repos" / old.name, series.patches,
-                                        Pristine(fetch(old, engine.lock.index_url)),
-                                        Pristine(fetch(new, engine.lock.index_url)), old.root,
+                                        Pristine(fetch(old)), Pristine(fetch(new)), old.root,
                                         f"{old.package} {old.version}", f"{new.package} {new.version}")
             state["upstreams"].append({
                 "name": old.name, "from": old.version,

@@ -100,7 +100,7 @@ def install_cpu_tests(venv: Path) -> int:
     from patchkit.fetch import fetch
 
     lock = load_lock(REPO / "pin.lock")
-    wheel = fetch(lock.upstream("sglang"), lock.index_url, log=say)
+    wheel = fetch(lock.upstream("sglang"), log=say)
     key = hashlib.sha256(CPU_TEST_REQUIREMENTS.read_bytes() + wheel.name.encode()).hexdigest()
     python = ensure_venv(venv)
     if stamp_ok(venv, key):
