@@ -230,7 +230,7 @@ class Engine:
                 if (site / pristine.dist_info()).is_dir():
                     shutil.rmtree(site / pristine.dist_info())
                 log(f"unpacking pristine {up.package} {up.version} into {site}")
-                pristine.unpack(site, root=up.root)
+                pristine.unpack(site, root=up.root, log=log)
         return site
 
     def verify_pristine_tree(self, target: Path) -> list[str]:

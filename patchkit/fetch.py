@@ -60,8 +60,10 @@ def _pip_download(package: str, version: str, like: str, dest: Path) -> Path:
     """The one file pip saves for `package==version` with `like`'s tags."""
     # pip's own progress bar on a terminal; quiet in logs and pipes (its errors still come on stderr)
     quiet = [] if sys.stdout.isatty() else ["--quiet", "--progress-bar", "off"]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           *quiet, *wheel_target(like), "--dest", str(dest), f"{package}=={version}"]
+    # the file is read, never installed here: the target's Requires-Python is no reason to refuse it
+    # (a py3 wheel's target is Python "3", i.e. 3.0, below every release's Requires-Python)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--ignore-requires-python",
+           "--disable-pip-version-check", *quiet, *wheel_target(like), "--dest", str(dest), f"{package}=={version}"]
     proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode:
         raise PatchkitError(f"pip download {package}=={version} (tags of {like}) failed: "
