@@ -104,7 +104,8 @@ def fetch(upstream, log=print) -> Path:
         if got.name != upstream.artifact:
             raise PatchkitError(f"pip download {upstream.package}=={upstream.version}: expected {upstream.artifact}, "
                                 f"found {got.name}; nothing cached")
-        _check_sha256(got, upstream, f"{got.name} from pip", "pin.lock and the file pip's configuration serves disagree; nothing cached")
+        _check_sha256(got, upstream, f"{got.name} from pip",
+                      "pin.lock and the file pip's configuration serves disagree; nothing cached")
         _keep(got, dest)
     return dest
 

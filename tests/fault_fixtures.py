@@ -3,8 +3,9 @@
 A two-file package `demo` is built as real wheels (with a RECORD) in tmp_path, pinned by a pin.lock of
 its own, and patched by a two-patch series made with git format-patch, as the real series is. A PEP 503
 index on disk serves its releases through pip's own configuration (pip_env), so that `rebase` runs as it
-does against a package index, offline and in seconds. Nothing here imitates SGLang: these tests exercise patchkit, which is generic; the
-real pinned wheels are used where the property depends on them (tests/test_faults_unpack.py).
+does against a package index, offline and in seconds. Nothing here imitates SGLang: these tests exercise
+patchkit, which is generic; the real pinned wheels are used where the property depends on them
+(tests/test_faults_unpack.py).
 """
 from __future__ import annotations
 

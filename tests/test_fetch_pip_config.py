@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, file_index, make_wheel, one_line_error,
-                            pip_env, sha256)
+from fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, file_index, make_wheel,
+                            one_line_error, pip_env, sha256)
 from patchkit import PatchkitError
 from patchkit import fetch as fetch_mod
 from patchkit.lockfile import Upstream, load_lock
