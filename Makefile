@@ -19,7 +19,7 @@ help:
 	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]   carry the series to a new release"
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
 	@echo "make pr PATCH=NAME REPO=DIR [BRANCH=NAME]                  one patch as a branch + PR body on an upstream checkout"
-	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps from the index, patched; then doctor"
+	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps (pip's own configuration), patched; then doctor"
 	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
@@ -51,7 +51,8 @@ test: $(VENV)/.installed
 	$(VPY) -m pytest -q tests
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
-# A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry.
+# A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
+# (or point pip at a wheelhouse there: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR; fetching uses pip's own configuration).
 # test_flashinfer_compile.py needs no GPU but depends on the torch version's Dynamo: run it on the runtime's torch too.
 test-gpu:
 	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/test_flashinfer_compile.py

@@ -49,7 +49,7 @@ def load_upstream():
     from patchkit.lockfile import load_lock
 
     lock = load_lock(REPO / "pin.lock")
-    wheel = fetch(lock.upstream("sglang"), lock.index_url, log=lambda *_: None)
+    wheel = fetch(lock.upstream("sglang"), log=lambda *_: None)
     tmp = Path(tempfile.mkdtemp(prefix="bench_mma_"))
     with zipfile.ZipFile(wheel) as zf:
         zf.extract(UPSTREAM_KERNEL, tmp)

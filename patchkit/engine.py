@@ -51,7 +51,7 @@ class Engine:
     # -- inputs -------------------------------------------------------------------------------
     def pristine(self, name: str, log=_quiet) -> Pristine:
         if name not in self._pristine:
-            self._pristine[name] = Pristine(fetch(self.lock.upstream(name), self.lock.index_url, log=log))
+            self._pristine[name] = Pristine(fetch(self.lock.upstream(name), log=log))
         return self._pristine[name]
 
     def series(self, name: str) -> Series:
@@ -230,7 +230,7 @@ class Engine:
                 if (site / pristine.dist_info()).is_dir():
                     shutil.rmtree(site / pristine.dist_info())
                 log(f"unpacking pristine {up.label} into {site}")
-                pristine.unpack(site, root=up.root)
+                pristine.unpack(site, root=up.root, log=log)
         return site
 
     def verify_pristine_tree(self, target: Path) -> list[str]:

@@ -1,17 +1,22 @@
-"""Fetch pinned artifacts from a PEP 503 package index into a local cache, verifying sha256."""
+"""Fetch pinned wheels through pip into a local cache, verifying sha256.
+
+Where a file comes from is pip's configuration, never ours: pip.conf / PIP_CONFIG_FILE and the PIP_*
+variables (index-url, extra-index-url, find-links, no-index, proxy, certificates) are used as the user
+set them. pip is asked for one exact file: the target python, ABI and platform are the pinned wheel's
+own tags, so pip picks that very file on any host. What pip saves is then checked against pin.lock.
+"""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 import tempfile
-import urllib.request
-from html.parser import HTMLParser
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin, urldefrag
 
 from . import PatchkitError
 from .hashing import sha256_file
-from .names import canonical_name
 
 
 def cache_dir() -> Path:
@@ -23,77 +28,97 @@ def cache_dir() -> Path:
     return path
 
 
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
+@dataclass(frozen=True)
+class Release:
+    artifact: str   # the wheel's file name
+    sha256: str
+    path: Path      # the file in the cache
 
 
-def index_links(index_url: str, package: str) -> list[tuple[str, str, str]]:
-    """(file name, url without fragment, sha256 or '') for every file on the package's simple page."""
-    page = f"{index_url.rstrip('/')}/{canonical_name(package)}/"
-    try:
-        with urllib.request.urlopen(page, timeout=60) as resp:
-            html = resp.read().decode("utf-8", "replace")
-    except OSError as exc:
-        raise PatchkitError(f"cannot read package index page {page}: {exc}") from None
-    parser = _Links()
-    parser.feed(html)
-    links = []
-    for href in parser.hrefs:
-        url, fragment = urldefrag(urljoin(page, href))
-        digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
-        links.append((url.rsplit("/", 1)[-1], url, digest))
-    return links
+def wheel_target(artifact: str) -> list[str]:
+    """pip's --implementation/--python-version/--abi/--platform for one of the wheel's own tags.
+
+    A compressed tag set (py2.py3, manylinux_2_17_x86_64.manylinux2014_x86_64) holds every combination,
+    so any one of them names the file; the highest python version is taken.
+    """
+    parts = artifact[: -len(".whl")].split("-") if artifact.endswith(".whl") else []
+    pythons = [re.fullmatch(r"([a-z]+)(\d+)", p) for p in parts[-3].split(".")] if len(parts) in (5, 6) else []
+    if not pythons or not all(pythons):
+        raise PatchkitError(f"{artifact}: expected a wheel file name NAME-VERSION-PYTHON-ABI-PLATFORM.whl")
+    implementation, version = max((m.groups() for m in pythons), key=lambda g: int(g[1]))
+    abi, platform = parts[-2].split(".")[0], parts[-1].split(".")[0]
+    return ["--implementation", implementation, "--python-version", version, "--abi", abi, "--platform", platform]
 
 
-def find_artifact_url(index_url: str, package: str, artifact: str) -> str:
-    for name, url, _ in index_links(index_url, package):
-        if name == artifact:
-            return url
-    raise PatchkitError(f"{index_url}: expected artifact {artifact} of {package}, found no such file on the index")
+def _pip_reason(stderr: str, returncode: int) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line[len("ERROR:"):].strip() for line in lines if line.startswith("ERROR:")]
+    return "; ".join(errors or lines[-1:]) or f"pip exited with status {returncode}"
 
 
-def _download(url: str, dest: Path, label: str) -> None:
-    tmp = tempfile.NamedTemporaryFile(dir=dest.parent, prefix=dest.name + ".", delete=False)
-    try:
-        with urllib.request.urlopen(url, timeout=120) as resp, tmp:
-            total = int(resp.headers.get("Content-Length") or 0)
-            done = 0
-            for chunk in iter(lambda: resp.read(1 << 20), b""):
-                tmp.write(chunk)
-                done += len(chunk)
-                if total and sys.stderr.isatty():
-                    sys.stderr.write(f"\r  fetching {label}: {done >> 20}/{total >> 20} MiB")
-            if total and sys.stderr.isatty():
-                sys.stderr.write("\n")
-        os.chmod(tmp.name, 0o644)  # a shared cache: readable like any downloaded file
-        os.replace(tmp.name, dest)
-    except BaseException:
-        os.unlink(tmp.name)
-        raise
+def _pip_download(package: str, version: str, like: str, dest: Path) -> Path:
+    """The one file pip saves for `package==version` with `like`'s tags."""
+    # pip's own progress bar on a terminal; quiet in logs and pipes (its errors still come on stderr)
+    quiet = [] if sys.stdout.isatty() else ["--quiet", "--progress-bar", "off"]
+    # the file is read, never installed here: the target's Requires-Python is no reason to refuse it
+    # (a py3 wheel's target is Python "3", i.e. 3.0, below every release's Requires-Python)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--ignore-requires-python",
+           "--disable-pip-version-check", *quiet, *wheel_target(like), "--dest", str(dest), f"{package}=={version}"]
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode:
+        raise PatchkitError(f"pip download {package}=={version} (tags of {like}) failed: "
+                            f"{_pip_reason(proc.stderr, proc.returncode)} (pip's configuration says where it looks)")
+    saved = sorted(dest.iterdir())
+    if len(saved) != 1:
+        raise PatchkitError(f"pip download {package}=={version}: expected one wheel, found "
+                            f"{', '.join(p.name for p in saved) or 'no file'}")
+    return saved[0]
 
 
-def fetch(upstream, index_url: str, log=print) -> Path:
-    """Return the cached, verified artifact of `upstream` (a lockfile.Upstream)."""
-    dest = cache_dir() / upstream.artifact
-    if not dest.exists():
-        url = find_artifact_url(index_url, upstream.package, upstream.artifact)
-        log(f"fetching {upstream.artifact} from {url.split('/')[2]}")
-        try:
-            _download(url, dest, upstream.artifact)
-        except OSError as exc:
-            raise PatchkitError(f"download of {url} failed: {exc}") from None
-    found = sha256_file(dest)
+def _download_dir() -> tempfile.TemporaryDirectory:
+    # inside the cache: a verified file is renamed into place, a refused one goes with the directory
+    return tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".pip-download-")
+
+
+def _keep(path: Path, dest: Path) -> None:
+    os.chmod(path, 0o644)   # a shared cache: readable like any downloaded file
+    os.replace(path, dest)
+
+
+def _check_sha256(path: Path, upstream, where: str, remedy: str) -> None:
+    found = sha256_file(path)
     if found != upstream.sha256:
-        raise PatchkitError(
-            f"{dest}: sha256 mismatch for {upstream.package} {upstream.version}: "
-            f"expected {upstream.sha256}, found {found} (delete the file to fetch it again)"
-        )
+        raise PatchkitError(f"{where}: sha256 mismatch for {upstream.package} {upstream.version}: "
+                            f"expected {upstream.sha256}, found {found} ({remedy})")
+
+
+def fetch(upstream, log=print) -> Path:
+    """The cached, verified artifact of `upstream` (a lockfile.Upstream); pip is asked only when it is not cached."""
+    dest = cache_dir() / upstream.artifact
+    if dest.exists():
+        _check_sha256(dest, upstream, str(dest), "delete the file to fetch it again")
+        return dest
+    log(f"fetching {upstream.artifact} through pip")
+    with _download_dir() as tmp:
+        got = _pip_download(upstream.package, upstream.version, upstream.artifact, Path(tmp))
+        if got.name != upstream.artifact:
+            raise PatchkitError(f"pip download {upstream.package}=={upstream.version}: expected {upstream.artifact}, "
+                                f"found {got.name}; nothing cached")
+        _check_sha256(got, upstream, f"{got.name} from pip",
+                      "pin.lock and the file pip's configuration serves disagree; nothing cached")
+        _keep(got, dest)
     return dest
+
+
+def find_release(package: str, version: str, like_artifact: str, log=print) -> Release:
+    """The `version` wheel of `package` with the tags of `like_artifact`, downloaded through pip into the cache.
+
+    Its sha256 is read off the downloaded file: pip has checked it against the digest the index publishes.
+    """
+    log(f"downloading {package}=={version} through pip")
+    with _download_dir() as tmp:
+        got = _pip_download(package, version, like_artifact, Path(tmp))
+        digest = sha256_file(got)
+        dest = cache_dir() / got.name
+        _keep(got, dest)
+    return Release(dest.name, digest, dest)

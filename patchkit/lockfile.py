@@ -18,9 +18,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 _REQUIRED = ("package", "version", "artifact", "sha256", "root")
 # The schema: every table and key pin.lock may hold; anything else (a misspelt table drops an upstream's
-# patches without a word) is an error. [index] stays accepted until the index URL leaves pin.lock (#15).
-_TABLES = ("upstream", "runtime", "index")
-_INDEX_KEYS = ("url",)
+# patches without a word) is an error.
+_TABLES = ("upstream", "runtime")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,6 @@ class Lock:
     path: Path
     upstreams: dict[str, Upstream]
     runtime: dict[str, str] = field(default_factory=dict)
-    index_url: str = "https://pypi.org/simple"
 
     def upstream(self, name: str) -> Upstream:
         try:
@@ -96,9 +94,12 @@ def load_lock(path: Path) -> Lock:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PatchkitError(f"{path}: not valid TOML ({exc})") from None
+    if "index" in data:   # pin.lock once named the package index; where files come from is pip's to say
+        raise PatchkitError(f"{path}: expected no [index] table, found one: remove it; the package index is pip's "
+                            "configuration now (pip.conf index-url / find-links, PIP_INDEX_URL, PIP_FIND_LINKS)")
     for table in data:
         if table not in _TABLES:
-            raise PatchkitError(f"{path}: unknown table [{table}] (expected [upstream.NAME], [runtime] or [index])")
+            raise PatchkitError(f"{path}: unknown table [{table}] (expected [upstream.NAME] or [runtime])")
     tables = data.get("upstream", {})
     if not isinstance(tables, dict):
         raise PatchkitError(f"{path}: expected [upstream.NAME] tables, found upstream = {_type(tables)}")
@@ -109,5 +110,4 @@ def load_lock(path: Path) -> Lock:
         path=path,
         upstreams=upstreams,
         runtime=_strings(path, "runtime", data.get("runtime", {}), None),
-        index_url=_strings(path, "index", data.get("index", {}), _INDEX_KEYS).get("url", "https://pypi.org/simple"),
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import PatchkitError, faults
 from .hashing import record_digest
 from .paths import clean_relpath
+from .progress import counted
 
 STAGE_PREFIX = ".patchkit-unpack-"   # an unpack in progress (or interrupted): never taken for a tree
 
@@ -86,13 +87,14 @@ class Pristine:
         if missing:
             raise PatchkitError(f"{self.wheel.name}: RECORD lists {missing[0]}, found no such file in the wheel; nothing unpacked")
 
-    def unpack(self, dest: Path, root: str | None = None) -> None:
+    def unpack(self, dest: Path, root: str | None = None, log=None) -> None:
         """Extract the whole wheel (or only `root/` and its dist-info) under dest, all or nothing.
 
         Every entry name is checked before the first write (a zip-slip entry such as `pkg/../../x`
         is refused). Files go to a staging directory beside their destination, are verified against
         the wheel's RECORD, and only then are the top-level directories renamed into place, the
         dist-info first and the package root last: a tree whose root is there is a complete tree.
+        With `log`, progress is shown (see progress.counted).
         """
         dest = Path(dest)
         dist_info = self.dist_info()
@@ -107,7 +109,8 @@ class Pristine:
         dest.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=dest))
         try:
-            for i, name in enumerate(names):
+            writes = counted(names, f"unpacking {self.wheel.name}", log) if log else names
+            for i, name in enumerate(writes):
                 faults.point("unpack", i)
                 out = stage / name
                 out.parent.mkdir(parents=True, exist_ok=True)

@@ -103,7 +103,7 @@ def install_cpu_tests(venv: Path) -> int:
     from patchkit.fetch import fetch
 
     lock = load_lock(REPO / "pin.lock")
-    wheel = fetch(lock.upstream("sglang"), lock.index_url, log=say)
+    wheel = fetch(lock.upstream("sglang"), log=say)
     key = sha256_bytes(CPU_TEST_REQUIREMENTS.read_bytes() + wheel.name.encode())
     python = ensure_venv(venv)
     if stamp_ok(venv, key):

@@ -38,7 +38,7 @@ LOCK = load_lock(REPO / "pin.lock")
 
 def pristine_wheel(name: str) -> Pristine:
     up = LOCK.upstream(name)
-    return Pristine(fetch(up, LOCK.index_url, log=lambda *_: None))
+    return Pristine(fetch(up, log=lambda *_: None))
 
 
 @pytest.fixture(scope="session")
@@ -79,12 +79,9 @@ def poisoned_empty(monkeypatch):
 
 @pytest.fixture
 def demo(tmp_path):
-    """A crafted upstream `demo` (tests/fault_fixtures.py): (repo, env) with a local index serving 1.0 and 1.1."""
-    from fault_fixtures import RELEASES, LocalIndex, demo_repo, make_wheel
+    """A crafted upstream `demo` (tests/fault_fixtures.py): (repo, env) with pip pointed at an index serving 1.0 and 1.1."""
+    from fault_fixtures import RELEASES, demo_repo, file_index, make_wheel, pip_env
 
     wheels = [make_wheel(tmp_path / "wheels-index", v, files) for v, files in RELEASES.items()]
-    index = LocalIndex(tmp_path / "index", wheels)
-    try:
-        yield demo_repo(tmp_path, index.url)
-    finally:
-        index.close()
+    repo, env = demo_repo(tmp_path)
+    return repo, {**env, **pip_env(tmp_path / "pip", PIP_INDEX_URL=file_index(tmp_path / "index", wheels))}

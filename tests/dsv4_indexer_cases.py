@@ -290,7 +290,7 @@ def upstream_trees(pristine: str | None = None, patched: str | None = None) -> t
     pristine_root, patched_root = base / "pristine", base / "patched"
     pristine_root.mkdir()
     for name, up in lock.upstreams.items():
-        Pristine(fetch(up, lock.index_url, log=lambda *_: None)).unpack(pristine_root, root=up.root)
+        Pristine(fetch(up, log=lambda *_: None)).unpack(pristine_root, root=up.root)
     shutil.copytree(pristine_root, patched_root)
     Engine.from_repo(repo).apply(patched_root, log=lambda *_: None)
     return pristine_root, patched_root

@@ -1,19 +1,18 @@
 """Small crafted upstreams for the fault-injection suite (tests/test_faults_*.py).
 
 A two-file package `demo` is built as real wheels (with a RECORD) in tmp_path, pinned by a pin.lock of
-its own, and patched by a two-patch series made with git format-patch, as the real series is. A local
-PEP 503 index serves its releases so that `rebase` runs as it does against the package index, offline
-and in seconds. Nothing here imitates SGLang: these tests exercise patchkit, which is generic; the
-real pinned wheels are used where the property depends on them (tests/test_faults_unpack.py).
+its own, and patched by a two-patch series made with git format-patch, as the real series is. A PEP 503
+index on disk serves its releases through pip's own configuration (pip_env), so that `rebase` runs as it
+does against a package index, offline and in seconds. Nothing here imitates SGLang: these tests exercise
+patchkit, which is generic; the real pinned wheels are used where the property depends on them
+(tests/test_faults_unpack.py).
 """
 from __future__ import annotations
 
-import http.server
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from pathlib import Path
@@ -64,12 +63,9 @@ def sha256(path: Path) -> str:
     return sha256_file(path)
 
 
-def pin_lock(wheel: Path, version: str, index_url: str = "") -> str:
-    text = (f'[upstream.{PACKAGE}]\npackage = "{PACKAGE}"\nversion = "{version}"\nartifact = "{wheel.name}"\n'
+def pin_lock(wheel: Path, version: str) -> str:
+    return (f'[upstream.{PACKAGE}]\npackage = "{PACKAGE}"\nversion = "{version}"\nartifact = "{wheel.name}"\n'
             f'sha256 = "{sha256(wheel)}"\nroot = "{PACKAGE}"\nrepo_prefix = ""\ntag = "v{version}"\n')
-    if index_url:
-        text += f'\n[index]\nurl = "{index_url}"\n'
-    return text
 
 
 def _series(dest: Path) -> list[Path]:
@@ -94,7 +90,7 @@ def _series(dest: Path) -> list[Path]:
     return [Path(p) for p in out]
 
 
-def demo_repo(tmp: Path, index_url: str = "") -> tuple[Path, dict]:
+def demo_repo(tmp: Path) -> tuple[Path, dict]:
     """(repository, environment): patchkit's CLI + pin.lock + patches/demo + overlay/ pinned to demo 1.0,
     and a private artifact cache already holding the 1.0 wheel."""
     repo = tmp / "repo"
@@ -106,7 +102,7 @@ def demo_repo(tmp: Path, index_url: str = "") -> tuple[Path, dict]:
     cache = tmp / "cache" / "artifacts"
     cache.mkdir(parents=True)
     shutil.copy2(wheel, cache / wheel.name)
-    (repo / "pin.lock").write_text(pin_lock(wheel, "1.0", index_url))
+    (repo / "pin.lock").write_text(pin_lock(wheel, "1.0"))
     patches = _series(tmp / "series")
     (repo / "patches" / PACKAGE).mkdir(parents=True)
     for p in patches:
@@ -126,8 +122,9 @@ def demo_target(tmp: Path, name: str = "site") -> Path:
 
 
 def cli(repo: Path, *args, env: dict | None = None, background: bool = False):
+    """apply.py in `repo`, with os.environ updated by `env` (a None value unsets the variable)."""
     cmd = [sys.executable, str(repo / "apply.py"), *args]
-    full_env = {**os.environ, **(env or {})}
+    full_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     if background:
         return subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=repo, env=full_env, capture_output=True, text=True, timeout=120)
@@ -159,27 +156,37 @@ def data_snapshot(repo: Path) -> dict[str, bytes]:
     return out
 
 
-class LocalIndex:
-    """A PEP 503 simple index over HTTP on 127.0.0.1 serving the demo wheels, with #sha256= fragments."""
+def file_index(root: Path, wheels: list[Path]) -> str:
+    """A PEP 503 simple index on disk serving `wheels` (with #sha256= fragments); its file:// URL."""
+    from patchkit.names import canonical_name
 
-    def __init__(self, root: Path, wheels: list[Path]):
-        page = root / "simple" / PACKAGE
+    names = sorted({canonical_name(w.name.split("-")[0]) for w in wheels})
+    for name in names:
+        page = root / "simple" / name
         page.mkdir(parents=True)
         links = []
-        for w in wheels:
+        for w in (w for w in wheels if canonical_name(w.name.split("-")[0]) == name):
             shutil.copy2(w, page / w.name)
             links.append(f'<a href="{w.name}#sha256={sha256(w)}">{w.name}</a>')
         (page / "index.html").write_text("<html><body>\n" + "\n".join(links) + "\n</body></html>\n")
-        handler = lambda *a, **k: _Quiet(*a, directory=str(root), **k)
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    (root / "simple" / "index.html").write_text("".join(f'<a href="{n}/">{n}</a>\n' for n in names))
+    return (root / "simple").as_uri()
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
+def pip_env(tmp: Path, conf: str | None = None, **variables: str) -> dict:
+    """Environment updates (for cli()) under which pip reads only what is given here.
+
+    The machine's PIP_* variables are unset; `conf` becomes the only pip.conf that can name an index
+    (PIP_CONFIG_FILE also drops the user's pip.conf; XDG_CONFIG_DIRS drops /etc/xdg/pip/pip.conf; pip
+    still reads /etc/pip.conf, so tests check that nothing of the machine's shows in `pip config list`).
+    Without `conf` pip reads no file at all (PIP_CONFIG_FILE=os.devnull). `variables` are added last.
+    """
+    env: dict = {k: None for k in os.environ if k.startswith("PIP_")}
+    (tmp / "no-xdg").mkdir(parents=True, exist_ok=True)
+    env["XDG_CONFIG_DIRS"] = str(tmp / "no-xdg")
+    if conf is None:
+        env["PIP_CONFIG_FILE"] = os.devnull
+    else:
+        (tmp / "pip.conf").write_text(conf)
+        env["PIP_CONFIG_FILE"] = str(tmp / "pip.conf")
+    return {**env, **variables}

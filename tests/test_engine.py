@@ -184,7 +184,7 @@ def test_another_release_is_refused_by_version(tmp_path):
                      artifact="sglang-0.5.17-cp311-cp311-manylinux_2_34_x86_64.whl",
                      sha256="575e38f5683624ded3b4bb267f637a098e5ed37d13a1d1ff5ea09bd781a04d16", root="sglang")
     site = tmp_path / "site"
-    Pristine(fetch(other, "https://pypi.org/simple", log=quiet)).unpack(site, root="sglang")
+    Pristine(fetch(other, log=quiet)).unpack(site, root="sglang")
     before = snapshot(site)
     r = run_cli(REPO, "apply", "--target", str(site))
     assert r.returncode == 1
@@ -291,14 +291,14 @@ def test_pinned_artifact_with_wrong_sha256_is_a_hard_error(tmp_path, monkeypatch
     from patchkit import fetch as fetch_mod
 
     up = Engine.from_repo(REPO).lock.upstream("flashinfer")
-    good = fetch_mod.fetch(up, "https://pypi.org/simple", log=quiet)
+    good = fetch_mod.fetch(up, log=quiet)
     monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path))
     bad = fetch_mod.cache_dir() / up.artifact
     data = bytearray(good.read_bytes())
     data[100] ^= 0xFF
     bad.write_bytes(bytes(data))
     with pytest.raises(PatchkitError, match=f"sha256 mismatch .* expected {up.sha256}, found"):
-        fetch_mod.fetch(up, "https://pypi.org/simple", log=quiet)
+        fetch_mod.fetch(up, log=quiet)
 
 
 def test_usage_errors_exit_2_and_every_command_has_help():

@@ -1,6 +1,6 @@
 """`apply.py rebase`: carry every series to a new upstream release.
 
-Fetches and verifies the new release's artifact (same kind as the pinned one, sha256 from the index),
+Downloads the new release's artifact through pip (same tags as the pinned one; its sha256 recorded in pin.lock),
 replays each series in a scratch git repo under build/rebase/ (see replay.py) and classifies each patch:
 clean, offset, conflict, already upstream, and whether its code is still reached (conditions.py).
 patches/, overlay/ and pin.lock are written only once every patch is resolved; a backup taken before
@@ -19,8 +19,7 @@ from pathlib import Path
 
 from .. import PatchkitError, UsageError, faults
 from ..engine import Engine
-from ..fetch import fetch
-from ..index import find_release
+from ..fetch import find_release
 from ..lock import repo_lock
 from ..lockedit import update_lock_text
 from ..lockfile import Upstream
@@ -94,14 +93,14 @@ class Move:
     new_wheel: Path
 
 
-def _new_pin(lock, name: str, version: str) -> Upstream:
+def _new_pin(lock, name: str, version: str) -> tuple[Upstream, Path]:
+    """The new release's pin and its wheel, downloaded and in the cache."""
     up = lock.upstream(name)
     wanted = dataclasses.replace(up, version=version).label
-    _progress(f"[{name}] looking up {wanted} on {lock.index_url}")
-    rel = find_release(lock.index_url, up.package, version, up.artifact)
+    rel = find_release(up.package, version, up.artifact, log=lambda m: _progress(f"[{name}] {m}"))
     safe_name(rel.artifact, f"package index: artifact of {wanted}")
     tag = up.tag.replace(up.version, version) if up.version in up.tag else up.tag
-    return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag)
+    return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag), rel.path
 
 
 def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
@@ -112,8 +111,7 @@ def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
         if targets[name] == old.version:
             _progress(f"[{name}] already at {old.version}: nothing to do")
             continue
-        new = _new_pin(engine.lock, name, targets[name])
-        wheel = fetch(new, engine.lock.index_url, log=lambda m: _progress(f"[{name}] {m}"))
+        new, wheel = _new_pin(engine.lock, name, targets[name])
         _progress(f"[{name}] {new.artifact}: sha256 verified ({new.sha256[:12]}…)")
         moves.append(Move(old, new, wheel))
     return moves
