@@ -120,5 +120,9 @@ def find_release(package: str, version: str, like_artifact: str, log=print) -> R
         got = _pip_download(package, version, like_artifact, Path(tmp))
         digest = sha256_file(got)
         dest = cache_dir() / got.name
+        if dest.exists() and sha256_file(dest) != digest:
+            # two sources disagree on one file name: never pick one silently
+            raise PatchkitError(f"{dest}: sha256 mismatch for {package} {version}: the cached file has "
+                                f"{sha256_file(dest)}, pip downloaded {digest} (delete the cached file to use pip's)")
         _keep(got, dest)
     return Release(dest.name, digest, dest)
