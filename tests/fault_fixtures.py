@@ -20,7 +20,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from engine_fixtures import REPO
+from tests.engine_fixtures import REPO
 
 PACKAGE = "demo"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import snapshot
-from fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, make_wheel, one_line_error,
+from tests.engine_fixtures import snapshot
+from tests.fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, make_wheel, one_line_error,
                             pin_lock)
 
 
