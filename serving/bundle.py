@@ -44,16 +44,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from patchkit import PatchkitError  # noqa: E402
-from patchkit.lockfile import load_lock  # noqa: E402
-from serving import bundle_slim  # noqa: E402
-from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,  # noqa: E402
+from patchkit import PatchkitError
+from patchkit.lockfile import load_lock
+from serving import bundle_slim
+from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
                                      write_manifest, write_payload)
+
+REPO = Path(__file__).resolve().parents[1]
 
 TREES = ("pinned", "patched")
 REQUIREMENTS = REPO / "serving" / "bundle_requirements.txt"
