@@ -21,11 +21,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-import p7_heads_cases as P
+from tests import p7_heads_cases as P
 
 ATTN_REL, LAYER_REL = 2.0 ** -7, 2.0 ** -6
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter on junk padding rows
+# The padded call's junk heads (as the model builds them) overflow to inf and NaN in the interpreter's numpy
+# arithmetic, which numpy reports; only the real heads are compared. By name: any other warning still shows.
+pytestmark = [pytest.mark.filterwarnings(rf"ignore:{message}:RuntimeWarning:triton\.runtime\.interpreter")
+              for message in ("overflow encountered in matmul", "invalid value encountered in matmul",
+                              "All-NaN slice encountered")]
 
 
 def _rel(a, b) -> float:
