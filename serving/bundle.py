@@ -60,7 +60,7 @@ DEFAULT_OUT = REPO / "build" / "bundle"
 DOWNLOADS = REPO / "build" / "bundle-downloads"
 LIMIT_MIB = 60
 TARGET_PYTHON = "3.12"
-# pip matches manylinux tags exactly; these cover every wheel of the closure (docs: /work/.library/device/README.md).
+# pip matches manylinux tags exactly: every tag a wheel of the closure carries is listed (x86_64 only).
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
 SLIMMED = {"sglang-kernel"}   # closure entries re-packed by serving/bundle_slim.py rather than carried whole
