@@ -57,9 +57,11 @@ test: $(VENV)/.installed
 test-gpu:
 	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/test_flashinfer_compile.py
 
-# Every GPU benchmark (bench/bench_*.py) in turn; each prints its command, machine, versions and a table.
+# Every GPU benchmark (bench/bench_*.py) in turn, as a module of the checkout (python -m bench.NAME); each prints
+# its command, machine, versions and a table.
+BENCH_MODULES := $(patsubst bench/%.py,bench.%,$(filter-out bench/bench_e2e.py,$(wildcard bench/bench_*.py)))
 bench:
-	@set -e; for f in $(filter-out bench/bench_e2e.py,$(wildcard bench/bench_*.py)); do echo "== $$f"; $(PYTHON) $$f; done
+	@set -e; for m in $(BENCH_MODULES); do echo "== $$m"; $(PYTHON) -m $$m; done
 
 carry:
 	$(PYTHON) apply.py fetch --into .carry/artifacts
@@ -119,11 +121,11 @@ smoke:
 	@$(SERVE_GATE)
 	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT) --log $(SMOKE_LOG)
 
-# End-to-end decode throughput, pinned vs patched (bench/bench_e2e.py --help; E2E_ARGS passes more flags).
+# End-to-end decode throughput, pinned vs patched (python -m bench.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both
 E2E_ARGS ?=
 bench-e2e:
-	$(PYTHON) bench/bench_e2e.py $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
+	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)

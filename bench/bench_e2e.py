@@ -1,9 +1,9 @@
 """End-to-end decode throughput of the server, pinned vs patched, on a DeepSeek-V4-Flash-shaped model.
 
-    python3 bench/bench_e2e.py [--bundle DIR] [--tree pinned|patched|both] [--concurrency 1,16,64]
+    python3 -m bench.bench_e2e [--bundle DIR] [--tree pinned|patched|both] [--concurrency 1,16,64]
                                [--prompt-len 1024,8192] [--output-len 256] [--layers 4] [--tp N]
                                [--context 1048576] [--max-prompt-tokens 262144] [--tree-budget S] [--out DIR]
-    python3 bench/bench_e2e.py --compare PINNED.json PATCHED.json [--plot docs/e2e_decode.png]
+    python3 -m bench.bench_e2e --compare PINNED.json PATCHED.json [--plot docs/e2e_decode.png]
 
 Model: DeepSeek-V4-Flash's own config (serving/dsv4_flash_config.json) with --layers layers and random
 weights (--load-format dummy): the real per-layer geometry (hidden 4096, 64 heads of 448+64, the
@@ -51,10 +51,10 @@ import time
 import urllib.error
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.command import command_line
+from serving import serve_cmd, smoke, tiny_model
 
-from serving import serve_cmd, smoke, tiny_model  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SERVED_NAME = "dsv4-flash-shaped"
 DEFAULT_OUT = REPO / "build" / "bench-e2e"
@@ -287,7 +287,7 @@ def run_tree(args, tree: str, model_dir: Path, site_root: Path | None, out_dir: 
     deadline = time.monotonic() + args.tree_budget
     launch = server_launch(args, tree, model_dir, site_root)
     log_path = out_dir / f"{tree}-server.log"
-    record = {"tree": tree, "bench_command": shlex.join([sys.executable, *sys.argv]),
+    record = {"tree": tree, "bench_command": command_line(),
               "server_command": launch.shell(), "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "layers": args.layers, "context": args.context, "tp": args.tp, "runs": []}
     say(f"[{tree}] versions probe")
@@ -501,7 +501,7 @@ def int_list(text: str) -> list[int]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="bench/bench_e2e.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.bench_e2e", description=__doc__.split("\n")[0])
     ap.add_argument("--tree", choices=("pinned", "patched", "both"), default="both")
     ap.add_argument("--bundle", type=Path, help="serve from this offline bundle (dir, or an installed SITE_ROOT)")
     ap.add_argument("--python", help="interpreter that runs sglang (default: this one with --bundle, else .venv-sglang)")
@@ -554,7 +554,7 @@ def main(argv=None) -> int:
         return 0
     out_dir = args.out or DEFAULT_OUT / datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
-    say(f"command: {shlex.join([sys.executable, *sys.argv])}")
+    say(f"command: {command_line()}")
     say(f"trees {trees}; concurrency {args.concurrency}; prompts {args.prompt_len}; output {args.output_len}; "
         f"{args.layers} layers; context {args.context}; TP {args.tp}; budget {args.tree_budget:g} s per tree; "
         f"results in {out_dir}")

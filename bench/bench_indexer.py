@@ -12,7 +12,7 @@ mean of --iters replays. "% of copy" = (KV pages read + logits written) / time o
 device copy bandwidth measured in the same run (bytes read + written). --configs times named
 INDEXER_CONFIGS of the overlay as well (the sweep that picked the default). Prints markdown tables.
 
-    python3 bench/bench_indexer.py [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.bench_indexer [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
 """
 from __future__ import annotations
 
@@ -21,16 +21,15 @@ import datetime
 import os
 import platform
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import dsv4_indexer_cases as C  # noqa: E402
-from timing import capture_graph, event_ms  # noqa: E402
-from upstream import load_module  # noqa: E402
+from bench.command import command_line
+from bench.timing import capture_graph, event_ms
+from harness import dsv4_indexer_cases as C
+from harness.upstream import load_module
 
 
 def copy_bandwidth_gbps(nbytes: int = 2 << 30) -> float:
@@ -69,7 +68,7 @@ def main() -> None:
     lengths = [int(x) for x in args.lengths.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
 
-    print("command:", " ".join([sys.executable] + sys.argv))
+    print("command:", command_line())
     print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(),
           f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))},",
           f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs)",

@@ -14,7 +14,7 @@ does during SGLang's capture. --sweep: the one-launch kernel (the eager route) r
 i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
 (eager and sweep) against float64 over the 2^-8 bound of tests/test_mhc_bf16.py (<= 1 passes).
 
-    python3 bench/bench_mhc_pre.py [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
 """
 from __future__ import annotations
 
@@ -24,17 +24,16 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import dsv4_indexer_cases as C  # noqa: E402
-from timing import capture_graph, event_ms  # noqa: E402
-from upstream import load_module  # noqa: E402
+from bench.command import command_line
+from bench.timing import capture_graph, event_ms
+from harness import dsv4_indexer_cases as C
+from harness.upstream import load_module
 
 
 def median_us(measure, repeats):
@@ -95,7 +94,7 @@ def main() -> None:
     overlay = load_module(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
     sweep = [float(f) for f in args.sweep.split(",") if f]
 
-    print("command:", " ".join([sys.executable] + sys.argv))
+    print("command:", command_line())
     print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(),
           f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))})",
           "| torch", torch.__version__, "| triton", triton.__version__, "| CUDA", torch.version.cuda,

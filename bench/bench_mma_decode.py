@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -26,11 +25,10 @@ from pathlib import Path
 import torch
 import triton
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from bench.command import command_line
+from harness.upstream import load_module
 
-from upstream import load_module  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
@@ -170,7 +168,7 @@ def copy_bandwidth() -> float:
 
 def print_header() -> None:
     """The command, GPU and versions every decode bench prints first."""
-    print("command:", " ".join([Path(sys.executable).name] + sys.argv))
+    print("command:", command_line())
     print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
           f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
 
@@ -294,7 +292,7 @@ def main() -> None:
 
 
 def draw_plot(rows, path):
-    from plots import PlotUnavailable, plot_mma_decode  # bench/plots.py: every docs/ plot, matplotlib optional
+    from bench.plots import PlotUnavailable, plot_mma_decode  # bench/plots.py: every docs/ plot, matplotlib optional
 
     try:
         plot_mma_decode(rows, path)
@@ -304,7 +302,7 @@ def draw_plot(rows, path):
 
 
 def replot(saved: Path, path: Path) -> None:
-    from plots import shipped_times
+    from bench.plots import shipped_times
 
     mma = load_module(OVERLAY, "flash_mla_sm120_mma")
     rows = shipped_times(json.loads(saved.read_text())["rows"], mma.pick_config)

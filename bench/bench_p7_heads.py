@@ -1,7 +1,7 @@
 """P7 benchmark: the MMA sparse decode call with a TP rank's real query heads against the same call
 padded to 64 heads (what the pinned MQALayer.forward sends at TP > 1), on one GPU.
 
-    PATCHKIT_CACHE=$PWD/.carry python3 bench/bench_p7_heads.py [--out DIR]
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.bench_p7_heads [--out DIR]
 
 8 / 16 / 32 heads are one rank's share of DeepSeek-V4-Flash's 64 at TP = 8 / 4 / 2; each shape is a
 c4 layer's call (window 128 + top-512 compressed tokens, 256- and 64-token pages). Timing and inputs
@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from upstream import load_module  # noqa: E402
+from bench import bench_mma_decode as B  # pools, inputs, graph timing
+from harness.upstream import load_module
 
-B = load_module(REPO / "bench/bench_mma_decode.py", "bench_mma_decode")  # pools, inputs, graph timing
+REPO = Path(__file__).resolve().parents[1]
 PADDED = 64
 
 

@@ -44,17 +44,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from patchkit import PatchkitError  # noqa: E402
-from patchkit.lockfile import load_lock  # noqa: E402
-from patchkit.names import canonical_name  # noqa: E402
-from serving import bundle_slim  # noqa: E402
-from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,  # noqa: E402
+from patchkit import PatchkitError
+from patchkit.lockfile import load_lock
+from patchkit.names import canonical_name
+from serving import bundle_slim
+from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
                                      write_manifest, write_payload)
+
+REPO = Path(__file__).resolve().parents[1]
 
 TREES = ("pinned", "patched")
 REQUIREMENTS = REPO / "serving" / "bundle_requirements.txt"
@@ -63,7 +61,7 @@ DEFAULT_OUT = REPO / "build" / "bundle"
 DOWNLOADS = REPO / "build" / "bundle-downloads"
 LIMIT_MIB = 60
 TARGET_PYTHON = "3.12"
-# pip matches manylinux tags exactly; these cover every wheel of the closure (docs: /work/.library/device/README.md).
+# pip matches manylinux tags exactly: every tag a wheel of the closure carries is listed (x86_64 only).
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
 SLIMMED = {"sglang-kernel"}   # closure entries re-packed by serving/bundle_slim.py rather than carried whole

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -107,7 +106,6 @@ def _cuda_home() -> str:
 
 
 def _patch_touches_jit_kernel() -> list[str]:
-    sys.path.insert(0, str(REPO))
     from patchkit.engine import Engine
     engine = Engine.from_repo(REPO)
     return [p for p in engine.chain("sglang").files if p.startswith("sglang/jit_kernel/")]
@@ -115,7 +113,6 @@ def _patch_touches_jit_kernel() -> list[str]:
 
 def prepare(python: Path) -> tuple[Path, Path]:
     """(sglang tree, deps dir) for the compiling process."""
-    sys.path.insert(0, str(REPO))
     from patchkit.engine import Engine
     from serving.bundle import REQUIREMENTS, read_requirements
     tree = WORK / "tree"

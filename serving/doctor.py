@@ -328,7 +328,6 @@ def add_parser(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(REPO))
     parser = argparse.ArgumentParser(prog="python -m serving.doctor", description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run_doctor(parser.parse_args(argv))

@@ -16,13 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from patchkit import PatchkitError
+from patchkit.hashing import sha256_bytes
+from patchkit.lockfile import load_lock
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from patchkit import PatchkitError  # noqa: E402
-from patchkit.hashing import sha256_bytes  # noqa: E402
-from patchkit.lockfile import load_lock  # noqa: E402
-
 CPU_TEST_REQUIREMENTS = REPO / "serving" / "requirements-cpu-test.txt"
 
 

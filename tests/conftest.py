@@ -21,13 +21,11 @@ if not _nvidia_gpu_present():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from patchkit.lockfile import load_lock  # noqa: E402
 from patchkit.fetch import fetch  # noqa: E402
@@ -80,7 +78,7 @@ def poisoned_empty(monkeypatch):
 @pytest.fixture
 def demo(tmp_path):
     """A crafted upstream `demo` (tests/fault_fixtures.py): (repo, env) with pip pointed at an index serving 1.0 and 1.1."""
-    from fault_fixtures import RELEASES, demo_repo, file_index, make_wheel, pip_env
+    from tests.fault_fixtures import RELEASES, demo_repo, file_index, make_wheel, pip_env
 
     wheels = [make_wheel(tmp_path / "wheels-index", v, files) for v, files in RELEASES.items()]
     repo, env = demo_repo(tmp_path)

@@ -17,7 +17,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from engine_fixtures import REPO
+from tests.engine_fixtures import REPO
 from patchkit.hashing import record_digest, sha256_file
 
 PACKAGE = "demo"

@@ -1,11 +1,10 @@
 """P7 helpers: the real `MQALayer.forward` of a tree at TP > 1 around a recording attention backend,
 and padded-vs-real-heads inputs for the MMA decode kernel.
 
-Shared by tests/test_p7_unpadded_heads.py, tests/gpu/test_p7_unpadded_heads_gpu.py and
-bench/bench_p7_heads.py.
+Shared by tests/test_p7_unpadded_heads.py and tests/gpu/test_p7_unpadded_heads_gpu.py.
 
 `deepseek_v4.py` imports the whole serving runtime, so the class `MQALayer` is compiled out of the
-tree's file on its own (as tests/dsv4_indexer_cases.py does for functions). What runs is the tree's
+tree's file on its own (as harness/dsv4_indexer_cases.py does for functions). What runs is the tree's
 code: `forward` (the head padding, the sink, the backend call, the output slice, wo_a / wo_b),
 `_compute_q_b` (q written into the caller's buffer) and, on a patched tree, the module-level
 decision and `_kernel_num_heads`, which import the tree's real sm_120 dispatcher. Stand-ins take the
@@ -29,9 +28,8 @@ from typing import TYPE_CHECKING, Optional
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mma_decode_cases import Case, kernel_view, make_case  # noqa: E402
-from upstream import extract_functions, load_module, top_level_defs  # noqa: E402
+from harness.upstream import extract_functions, load_module, top_level_defs
+from tests.mma_decode_cases import Case, make_case
 
 MODEL = "sglang/srt/models/deepseek_v4.py"
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_fixtures import REPO, copy_repo_data
+from tests.engine_fixtures import REPO, copy_repo_data
 from patchkit.patchfile import PatchFile
 
 TO = {"sglang": "0.5.17", "flashinfer": "0.6.15.post1"}

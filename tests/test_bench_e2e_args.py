@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from bench import bench_e2e
 from serving import serve_cmd, tiny_model
 from tests.serve_env import import_pinned
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "bench" / "bench_e2e.py"
+BENCH = [sys.executable, "-m", "bench.bench_e2e"]   # as `make bench-e2e` runs it, from the checkout root
 FAKE = REPO / "tests" / "serve_fake_server.py"
-sys.path.insert(0, str(REPO / "bench"))
-import bench_e2e  # noqa: E402
 
 
 def launch_for(*argv: str, tree: str = "patched", site=None) -> serve_cmd.Launch:
@@ -138,7 +137,7 @@ def test_server_rate_takes_full_batch_lines_after_the_first(tmp_path):
 
 def run_bench(tmp_path: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
     server = f"{sys.executable} {FAKE} {mode} --port {{port}} --pid-file {tmp_path}/pids-{{tree}}"
-    return subprocess.run([sys.executable, str(BENCH), "--server-cmd", server, "--out", str(tmp_path / "out"),
+    return subprocess.run([*BENCH, "--server-cmd", server, "--out", str(tmp_path / "out"),
                            "--port", str(_free_port()), *extra], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
 
@@ -204,13 +203,13 @@ def test_compare_prints_the_ratio_table(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(record("pinned", 100.0)))
     b.write_text(json.dumps(record("patched", 250.0)))
-    out = subprocess.run([sys.executable, str(BENCH), "--compare", str(a), str(b), "--plot", str(tmp_path / "p.png")],
+    out = subprocess.run([*BENCH, "--compare", str(a), str(b), "--plot", str(tmp_path / "p.png")],
                          cwd=REPO, capture_output=True, text=True, timeout=120).stdout
     assert "| 16 | 1024 | 100.0 | 250.0 | 2.50x | 6.2 | 15.6 | 160.00 | 64.00 | - / - (-x) |" in out
     assert (tmp_path / "p.png").exists() or "matplotlib is not installed" in out
 
 
 def test_bad_concurrency_is_one_line():
-    result = subprocess.run([sys.executable, str(BENCH), "--concurrency", "1,x"], cwd=REPO, capture_output=True,
+    result = subprocess.run([*BENCH, "--concurrency", "1,x"], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2 and "expected comma-separated integers, found '1,x'" in result.stderr

@@ -15,17 +15,16 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from patchkit.engine import Engine
+from patchkit.hashing import record_digest, sha256_bytes
+from patchkit.names import canonical_name
+from patchkit.lockfile import load_lock
+from patchkit.state import APPLIED, PRISTINE
+from serving import bundle, bundle_slim
+from serving.bundle_manifest import MANIFEST, PAYLOAD, BundleError, sha256_file
+from tests.conftest import pristine_wheel
 
-from patchkit.engine import Engine  # noqa: E402
-from patchkit.hashing import record_digest, sha256_bytes  # noqa: E402
-from patchkit.names import canonical_name  # noqa: E402
-from patchkit.lockfile import load_lock  # noqa: E402
-from patchkit.state import APPLIED, PRISTINE  # noqa: E402
-from serving import bundle, bundle_slim  # noqa: E402
-from serving.bundle_manifest import MANIFEST, PAYLOAD, BundleError, sha256_file  # noqa: E402
-from conftest import pristine_wheel  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 HERE_PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 KERNEL_MEMBERS = {

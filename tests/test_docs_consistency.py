@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Directories whose every module README.md's layout describes, one line each.
-CODE_DIRS = ("patchkit", "serving", "bench", "overlay")
+CODE_DIRS = ("patchkit", "serving", "harness", "bench", "overlay")
 # A number with the unit of a measurement: time, rate, bandwidth, speed-up, percentage ("1.2x", "81%", "9.2 us",
 # "0.40 / 6.0 ms" is caught at its last number). Bounds and targets ("<= 13 us", ">= 99%") are not measurements.
 MEASURED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:\s?-\s?\d+(?:\.\d+)?)?"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import REPO, copy_repo_data, first_patch_with_hunk, snapshot
+from tests.engine_fixtures import REPO, copy_repo_data, first_patch_with_hunk, snapshot
 from patchkit import PatchkitError
 from patchkit.engine import Engine
 from patchkit.state import APPLIED, PARTIAL, PRISTINE

@@ -13,9 +13,9 @@ import pytest
 
 from patchkit.pr.body import OVERLAY_TRAILERS, markdown_section
 from patchkit.series import load_series
-from rebase_cases import repo_copy
+from tests.rebase_cases import repo_copy
 
-from conftest import LOCK, pristine_wheel
+from tests.conftest import LOCK, pristine_wheel
 
 
 def git(repo: Path, *args, check=True, input=None) -> str:

@@ -10,8 +10,8 @@ import pytest
 
 from patchkit.pr.export import default_branch
 from patchkit.patchfile import parse_patch
-from rebase_cases import repo_copy
-from test_export_pr import all_patches, checkouts, cli, git  # noqa: F401  (checkouts is a fixture)
+from tests.rebase_cases import repo_copy
+from tests.test_export_pr import all_patches, checkouts, cli, git  # noqa: F401  (checkouts is a fixture)
 
 
 @pytest.fixture(scope="module")

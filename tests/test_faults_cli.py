@@ -7,8 +7,8 @@ import shutil
 import subprocess
 import sys
 
-from engine_fixtures import REPO
-from fault_fixtures import RELEASES, cli, demo_repo, one_line_error
+from tests.engine_fixtures import REPO
+from tests.fault_fixtures import RELEASES, cli, demo_repo, one_line_error
 from patchkit.rebase.run import format_report
 from patchkit.rebase.state import Outcome, Pin, RebaseState, UpstreamRebase
 

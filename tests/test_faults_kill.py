@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from engine_fixtures import snapshot
-from fault_fixtures import cli, data_snapshot, demo_repo, demo_target, one_line_error
+from tests.engine_fixtures import snapshot
+from tests.fault_fixtures import cli, data_snapshot, demo_repo, demo_target, one_line_error
 
 
 # -- apply / revert ------------------------------------------------------------------------------

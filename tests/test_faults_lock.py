@@ -9,8 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from engine_fixtures import snapshot
-from fault_fixtures import cli, data_snapshot, demo_repo, demo_target, one_line_error, wait_for
+from tests.engine_fixtures import snapshot
+from tests.fault_fixtures import cli, data_snapshot, demo_repo, demo_target, one_line_error, wait_for
 
 
 def _paused(repo, env, tmp_path, *args, point: str):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import snapshot
-from fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, make_wheel, one_line_error,
-                            pin_lock)
+from tests.engine_fixtures import snapshot
+from tests.fault_fixtures import (PACKAGE, RELEASES, cli, demo_repo, demo_target, make_wheel, one_line_error,
+                                  pin_lock)
 from patchkit.hashing import sha256_bytes, sha256_file
 
 

@@ -12,8 +12,8 @@ import shutil
 
 import pytest
 
-from engine_fixtures import copy_repo_data
-from fault_fixtures import PACKAGE, RELEASES, cli, demo_repo, make_wheel, one_line_error, pin_lock
+from tests.engine_fixtures import copy_repo_data
+from tests.fault_fixtures import PACKAGE, RELEASES, cli, demo_repo, make_wheel, one_line_error, pin_lock
 from patchkit.hashing import record_digest
 from patchkit.lockfile import load_lock
 
@@ -35,7 +35,7 @@ def _record_mismatches(site, wheel, root) -> list[str]:
 
 
 def test_killed_unpack_of_the_real_wheel_is_never_taken_for_a_tree(tmp_path):
-    from conftest import pristine_wheel
+    from tests.conftest import pristine_wheel
 
     repo = copy_repo_data(tmp_path / "repo")
     lock = load_lock(repo / "pin.lock")

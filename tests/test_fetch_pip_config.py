@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, file_index, make_wheel,
-                            one_line_error, pip_env, sha256)
+from tests.fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, file_index, make_wheel,
+                                  one_line_error, pip_env, sha256)
 from patchkit import PatchkitError
 from patchkit import fetch as fetch_mod
 from patchkit.lockfile import Upstream, load_lock
@@ -29,7 +29,7 @@ OTHER_BUILDS = (f"{PACKAGE}-1.0-cp311-cp311-manylinux_2_34_x86_64.whl", f"{PACKA
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory):
     """A plain --find-links directory: demo 1.0 (three builds), demo 1.1, and the real pinned FlashInfer wheel."""
-    from conftest import LOCK
+    from tests.conftest import LOCK
 
     house = tmp_path_factory.mktemp("wheelhouse")
     one = make_wheel(house, "1.0", RELEASES["1.0"])
@@ -96,7 +96,7 @@ def test_pip_conf_naming_a_file_index_serves_the_pinned_wheel_verified(tmp_path,
 
 def test_find_links_wheelhouse_works_with_no_index_at_all(tmp_path, monkeypatch, wheelhouse):
     """Offline: PIP_NO_INDEX=1 and a wheelhouse; the real pinned FlashInfer wheel comes out of it verified."""
-    from conftest import LOCK
+    from tests.conftest import LOCK
 
     use(monkeypatch, tmp_path, pip_env(tmp_path / "pip", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse)))
     flashinfer = LOCK.upstream("flashinfer")

@@ -22,7 +22,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
-from tests.upstream import load_module
+from harness.upstream import load_module  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 IMPL = REPO / "serving" / "hc_sinkhorn.py"
@@ -152,10 +152,8 @@ def test_contract_shapes_dtypes_and_bad_input(impls):
 def test_triton_kernel_compiles_for_sm90_and_sm120():
     """The kernel the H200 runs (sm_90) and a Blackwell would run (sm_120) builds ahead of time."""
     script = f"""
-import sys
-sys.path.insert(0, {str(REPO)!r})
-from tests.test_mma_aot import compile_kernel
-from tests.upstream import load_module
+from harness.aot import compile_kernel
+from harness.upstream import load_module
 mod = load_module({str(IMPL)!r}, "hc_sinkhorn_aot")
 sig = dict(mix_ptr="*fp32", scale_ptr="*fp32", base_ptr="*fp32", pre_ptr="*fp32", post_ptr="*fp32",
            comb_ptr="*fp32", n="i32")
@@ -165,7 +163,8 @@ for arch in (90, 120):
     print(arch, k.metadata.shared)
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     shared = dict(line.split() for line in out.stdout.split("\n") if line.strip())
     assert set(shared) == {"90", "120"} and all(int(v) <= 101376 for v in shared.values()), shared

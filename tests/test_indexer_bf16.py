@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import dsv4_indexer_cases as C
+from harness import dsv4_indexer_cases as C
 
 BOUND_REL = 2.0 ** -8
 MIN_TOPK_OVERLAP = 0.99

@@ -16,7 +16,7 @@ os.environ["TRITON_INTERPRET"] = "1"   # before anything imports triton: run ker
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import dsv4_indexer_cases as C  # noqa: E402
+from harness import dsv4_indexer_cases as C  # noqa: E402
 
 MATCH_REL = 2.0 ** -16   # fp32 vs fp32 in another summation order, relative to sum_h |w_h s_h|
 
@@ -90,7 +90,7 @@ def test_patched_switch_restores_upstream_fallback(patched_root, monkeypatch):
 
 
 def _overlay(root):
-    from upstream import load_module
+    from harness.upstream import load_module
 
     return load_module(root / C.TRITON_INDEXER, "indexer_overlay_configs")
 

@@ -20,7 +20,7 @@ os.environ["TRITON_INTERPRET"] = "1"   # before anything imports triton: run ker
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import dsv4_indexer_cases as C  # noqa: E402
+from harness import dsv4_indexer_cases as C  # noqa: E402
 
 BOUND_REL = 2.0 ** -8
 
@@ -93,7 +93,7 @@ def test_patched_fused_routes_split_k_within_bound(patched_root, route):
     """Both routes of the fused kernel with many K splits (programs_per_sm=24 on the interpreter's
     one "SM"): the graph route's second launch and the one-launch route's last-arriving program
     must add every split. The one-launch route runs twice: its arrival counters must be back at 0."""
-    from upstream import load_module
+    from harness.upstream import load_module
 
     overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_routes")
     for tokens in (3, 70):                     # one token tile / two tiles of 64
@@ -111,7 +111,7 @@ def test_host_launch_helpers_match_triton(patched_root):
     """The overlay sizes launches with plain-Python integer helpers (Triton's are slow constexpr functions
     on the host); they must give Triton's values, or the AOT-gated tile sizes would not be the ones run."""
     import triton
-    from upstream import load_module
+    from harness.upstream import load_module
 
     overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_helpers")
     for n in list(range(1, 300)) + [4095, 4096, 4097, 65536]:

@@ -4,82 +4,30 @@ sm_120 (RTX PRO 6000 / 5090) gives a block at most 101376 bytes of shared memory
 mma.sync only; Triton's metadata reports the shared memory, and the ptxas that ships with
 Triton (`-v`) reports registers and spills. Compiles run in a subprocess so this process's
 TRITON_INTERPRET setting (the numerics tests use the interpreter) cannot leak in.
-bench/experiments/count_instructions.py compiles the same specialisation with the helpers here.
+The compile helpers and the production specialisation are harness/aot.py's (bench/experiments/
+count_instructions.py compiles the same).
 """
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from harness.aot import DIV16, MAIN_SIGNATURE, compile_in_subprocess, compile_kernel, decode_constexprs, ptxas_report
+from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
-
-# Runtime specialisation in production: pointers 16-byte aligned; strides, widths, page sizes
-# and page strides multiples of 16 (149760 / 37440 / 1728-byte pages, 64-aligned widths);
-# both caches with lengths, a sink, power-of-two pages (256 / 64 / 2).
-DIV16 = (
-    "stride_qb", "stride_qh", "main_idx_stride", "extra_idx_stride", "main_topk",
-    "extra_topk", "main_page_bytes", "extra_page_bytes", "H",
-)
-MAIN_SIGNATURE = dict(
-    q_ptr="*bf16", stride_qb="i32", stride_qh="i32",
-    main_u8="*u8", main_idx="*i32", main_idx_stride="i32", main_len="*i32", main_topk="i32",
-    main_page="i32", main_page_bytes="i32", main_shift="i32",
-    extra_u8="*u8", extra_idx="*i32", extra_idx_stride="i32", extra_len="*i32", extra_topk="i32",
-    extra_page="i32", extra_page_bytes="i32", extra_shift="i32",
-    sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", part_out_ptr="*fp32", part_lse_ptr="*fp32",
-    H="i32", num_splits="i32", qk_scale_log2="fp32",
-)
 COMBINE_SIGNATURE = dict(
     part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", out_ptr="*bf16",
     lse_ptr="*fp32", H="i32", num_splits="i32",
 )
 
-
-def decode_constexprs(block_h: int, block_t: int, split: bool) -> dict:
-    """The decode kernel's constexprs in the production specialisation (GPU: bf16 MMA operands)."""
-    import triton.language as tl
-
-    return dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=split,
-                POW2_PAGES=True, BLOCK_H=block_h, BLOCK_T=block_t, MMA_DTYPE=tl.bfloat16)
-
-
 # Registers sit at 240-255, so the one-cache build (e.g. the top-k 2048 shape) gets its own check.
 CACHE_VARIANTS = {"": {}, "/one-cache": dict(HAS_EXTRA=False, HAS_EXTRA_LEN=False)}
-
-
-def ptxas_report(ptx: str, arch: int) -> dict:
-    """Registers and spill bytes from the ptxas that ships with Triton (`-v`) on the PTX."""
-    import triton
-
-    tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
-    ptxas = Path(triton.__file__).parent / "backends/nvidia/bin" / tool
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
-        proc = subprocess.run(
-            [str(ptxas), f"-arch=sm_{arch}a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-            capture_output=True, text=True,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr)
-    log = proc.stderr
-    regs = re.search(r"Used (\d+) registers", log)
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    return {
-        "regs": int(regs.group(1)),
-        "spill_stores": int(spills.group(1)),
-        "spill_loads": int(spills.group(2)),
-    }
 
 
 def gluon_constexprs(config: tuple, split: bool) -> dict:
@@ -90,29 +38,8 @@ def gluon_constexprs(config: tuple, split: bool) -> dict:
                 DQ=dq, PAD=0)
 
 
-def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
-    """triton.compile for `arch` with every pointer and the `div16` arguments marked 16-divisible
-    (a Gluon kernel through GluonASTSource: same signature, explicit layouts)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
-
-    names = fn.arg_names
-    pointers = [k for k, v in signature.items() if v.startswith("*")]
-    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in pointers + [d for d in div16 if d in signature]}
-    source_cls = GluonASTSource if isinstance(fn, GluonJITFunction) else triton.compiler.ASTSource
-    src = source_cls(
-        fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
-    )
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
-
-
 def _compile_all() -> list[dict]:
     """Subprocess body: compile every config (and the combine kernel) for every arch."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from upstream import load_module
-
     mod = load_module(OVERLAY, "flash_mla_sm120_mma_aot")
     rows = []
 
@@ -144,26 +71,12 @@ def _compile_all() -> list[dict]:
     return rows
 
 
-def compile_in_subprocess(script: str) -> list[dict]:
-    """Run an AOT test file as a script without the interpreter (it prints its rows as JSON last)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    for row in rows:
-        print(row)
-    return rows
-
-
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
-    return compile_in_subprocess(__file__)
+    return compile_in_subprocess(__name__, REPO)
 
 
 def test_every_config_compiles_for_both_archs(compiled):
-    sys.path.insert(0, str(REPO / "tests"))
-    from upstream import extract_functions
-
     # The config table, read without importing the module (no GPU, no interpreter).
     ns = extract_functions(OVERLAY, ["MMA_CONFIGS", "GLUON_CONFIGS"], {})
     kinds = {(r["arch"], r["kernel"]) for r in compiled}

@@ -19,13 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.upstream import load_module
+from tests.mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64
+
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
-
-from mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64  # noqa: E402
-from upstream import load_module  # noqa: E402
-
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
 # bf16 q, bf16 P and a bf16 output: ~2^-8 relative each; the oracle itself is ~1.5e-3 off f64.
@@ -125,7 +122,7 @@ def test_matches_pinned_oracle_and_float64(
 
 
 def _shipped_config_names() -> list[str]:
-    from upstream import extract_functions
+    from harness.upstream import extract_functions
 
     return list(extract_functions(OVERLAY, ["MMA_CONFIGS"], {})["MMA_CONFIGS"])
 
@@ -235,8 +232,8 @@ def _route(root: Path, env: dict) -> dict:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SM120")}
     full_env.update(env, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, __file__, "route", str(root)],
-        capture_output=True, text=True, env=full_env, timeout=600,
+        [sys.executable, "-m", __name__, "route", str(root)],
+        capture_output=True, text=True, env=full_env, cwd=REPO, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

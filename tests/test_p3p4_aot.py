@@ -1,6 +1,6 @@
 """P3/P4: every shipped MHC-pre and indexer kernel config compiles ahead of time for sm_120 and sm_90, on the CPU.
 
-The sm_120 gate of tests/test_mma_aot.py (whose compile helpers this reuses): at most 101376 bytes of
+The sm_120 gate of tests/test_mma_aot.py (with the same compile helpers, harness/aot.py): at most 101376 bytes of
 shared memory per block, no register spills, and mma.sync only (no wgmma, which sm_120 lacks). The
 configs are read from the overlay modules, so a new entry in INDEXER_CONFIGS or a new MHC tile size
 is checked without touching this file. Compiles run in a subprocess (no TRITON_INTERPRET leak).
@@ -8,10 +8,12 @@ is checked without touching this file. Compiles run in a subprocess (no TRITON_I
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from harness.aot import compile_in_subprocess, compile_kernel, ptxas_report
+from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
 INDEXER = REPO / "overlay/sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
@@ -42,10 +44,7 @@ SM_COUNTS = (188, 170, 132)
 
 
 def _compile_all() -> list[dict]:
-    sys.path.insert(0, str(REPO / "tests"))
     import triton
-    from test_mma_aot import compile_kernel, ptxas_report
-    from upstream import load_module
 
     idx = load_module(INDEXER, "indexer_aot")
     mhc = load_module(MHC, "mhc_pre_aot")
@@ -85,14 +84,10 @@ def _compile_all() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
-    from tests.test_mma_aot import compile_in_subprocess
-    return compile_in_subprocess(__file__)
+    return compile_in_subprocess(__name__, REPO)
 
 
 def test_every_config_is_built(compiled):
-    sys.path.insert(0, str(REPO / "tests"))
-    from upstream import extract_functions
-
     ns = extract_functions(INDEXER, ["INDEXER_CONFIGS"], {})
     kinds = {(r["arch"], r["kernel"]) for r in compiled}
     for arch in ARCHS:

@@ -21,11 +21,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-import p7_heads_cases as P
+from tests import p7_heads_cases as P
 
 ATTN_REL, LAYER_REL = 2.0 ** -7, 2.0 ** -6
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter on junk padding rows
+# The padded call's junk heads (as the model builds them) overflow to inf and NaN in the interpreter's numpy
+# arithmetic, which numpy reports at whichever operation meets them first (the matmul or the add, depending on
+# the junk); only the real heads are compared. By name: numpy's floating-point reports from the interpreter.
+pytestmark = [pytest.mark.filterwarnings(rf"ignore:{message}:RuntimeWarning:triton\.runtime\.interpreter")
+              for message in ("(overflow|invalid value) encountered in ", "All-NaN slice encountered")]
 
 
 def _rel(a, b) -> float:

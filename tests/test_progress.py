@@ -37,7 +37,7 @@ def test_plain_lines_on_a_terminal_without_tqdm(monkeypatch):
 
 
 def test_unpack_reports_progress_through_its_log(tmp_path):
-    from fault_fixtures import RELEASES, make_wheel
+    from tests.fault_fixtures import RELEASES, make_wheel
     from patchkit.pristine import Pristine
 
     lines = []

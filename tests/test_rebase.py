@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import snapshot
+from tests.engine_fixtures import snapshot
 from patchkit.conditions import conditions_of, unreached_reasons
 from patchkit.engine import Engine
 from patchkit.patchfile import parse_patch
 from patchkit.series import load_series
 from patchkit.state import APPLIED
 from patchkit.worktree import roundtrip_differences
-from rebase_cases import (NEW_FLASHINFER_WHEEL, NEW_SGLANG_SHA256, NEW_SGLANG_WHEEL, TO, expectation, repo_copy,
+from tests.rebase_cases import (NEW_FLASHINFER_WHEEL, NEW_SGLANG_SHA256, NEW_SGLANG_WHEEL, TO, expectation, repo_copy,
                           resolve_union)
 
 REBASE_ARGS = ["rebase", "--to", TO["sglang"], "--to", f"flashinfer={TO['flashinfer']}"]
@@ -109,7 +109,7 @@ def test_overlay_follows_a_moved_module(dry_run):
 
 def test_reach_trailers_hold_on_the_pinned_release(patched_root):
     """A patch's Reached-If / Unreached-If must say 'reached' where it was written (so the rebase flag means something)."""
-    from conftest import REPO
+    from tests.conftest import REPO
 
     seen = 0
     for upstream, patch in series_patches(REPO):
@@ -259,7 +259,7 @@ def _make_patch(tmp: Path, pristine_file: bytes, rel: str, edit, message: str) -
 def test_a_patch_on_a_moved_module_is_refreshed_at_the_new_path_with_its_overlay(tmp_path):
     """0.5.16 moved flash_mla_sm120_triton.py unchanged to sglang/kernels/ops/attention/: a patch on it applies
     there (offset: moved), and the overlay module it claims, its Overlay: and Reached-If: trailers move too."""
-    from conftest import pristine_wheel
+    from tests.conftest import pristine_wheel
 
     repo = repo_copy(tmp_path / "repo")
     old = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"

@@ -1,23 +1,20 @@
 """H200 check of the split-combine launch shapes (decision evidence for `combine_launch`).
 
-    PATCHKIT_CACHE=$PWD/.carry python3 bench/experiments/combine_shapes.py
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.experiments.combine_shapes
 
 Times the shipped decode at its default config and split count with the combine launched as
 each shape in LAUNCHES and what `combine_launch` picks now, and with no combine (the decode alone), in the same CUDA-graph method as bench_mma_decode.py.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import triton
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-import bench_mma_decode as bm  # noqa: E402
+from bench import bench_mma_decode as bm
+from bench.command import command_line
+from harness.upstream import load_module
 
-mma = bm.load_module(bm.OVERLAY, "flash_mla_sm120_mma")
+mma = load_module(bm.OVERLAY, "flash_mla_sm120_mma")
 SHAPES = [bm.Shape(B, 64, 128, 512) for B in (1, 4, 8, 16, 32)] + [bm.Shape(B, 128, 128, 512) for B in (4, 16)]
 SHAPES += [bm.Shape(B, 64, 2048, 0) for B in (1, 16)]
 
@@ -48,7 +45,7 @@ class _SkipLaunch:
 
 
 def main():
-    print("command:", " ".join(["python3"] + sys.argv))
+    print("command:", command_line())
     print(f"gpu: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     gen = torch.Generator(device="cuda").manual_seed(0)
     pools = {256: bm.make_pool(16384, 256, gen), 64: bm.make_pool(32768, 64, gen)}

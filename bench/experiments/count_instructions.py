@@ -2,11 +2,11 @@
 CPU and report registers, spills, shared memory and the SASS instruction mix of the main loop
 (one KV tile per iteration), per config.
 
-    .venv/bin/python bench/experiments/count_instructions.py [--json FILE] [--configs NAME ...]
+    .venv/bin/python -m bench.experiments.count_instructions [--json FILE] [--configs NAME ...]
         [--extra BLOCK_H,BLOCK_T,warps,stages ...]
 
 The kernel is compiled as tests/test_mma_aot.py compiles it (same signature, production
-specialisation, unsplit), with its helpers; registers / spills from the ptxas that ships with
+specialisation, unsplit), with the same helpers (harness/aot.py); registers / spills from the ptxas that ships with
 Triton (`-v`, the same PTX); the SASS from its nvdisasm. The main loop is the backward branch whose
 body holds the most HMMA instructions. Counts are per thread (SASS is per warp, one
 instruction per lane), per iteration = one BLOCK_T-token tile of BLOCK_H heads.
@@ -23,14 +23,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-
-SHIPPED_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-
 # The shipped kernel's signature, production specialisation and compile / ptxas helpers, as the
 # AOT test uses them.
-from test_mma_aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report  # noqa: E402
+from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
+from harness.upstream import load_module
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {
@@ -108,8 +107,6 @@ def main_loop_mix(text: str) -> dict:
 def variants(extra=()):
     """(label, kernel, constexprs, warps, stages) per MMA_CONFIGS entry; `extra`: more
     (BLOCK_H, BLOCK_T, warps, stages) tuples."""
-    from upstream import load_module
-
     mod = load_module(SHIPPED_PATH, "flash_mla_sm120_mma_count")
     configs = {name: cfg["launch"] for name, cfg in mod.MMA_CONFIGS.items()}
     configs.update({"h{}_t{}_w{}_s{}".format(*c): c for c in extra})

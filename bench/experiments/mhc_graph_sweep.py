@@ -9,28 +9,22 @@ Columns (us, median of --repeats x mean of --iters replays, the bench_mhc_pre.py
   err             worst error of every variant over the bf16 bound (<= 1 passes)
 Floors: graph replay of one no-op launch, two, two with PDL.
 
-    PATCHKIT_CACHE=.carry python3 bench/experiments/mhc_graph_sweep.py [--tokens ...]
+    PATCHKIT_CACHE=.carry python3 -m bench.experiments.mhc_graph_sweep [--tokens ...]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 import triton
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "tests"))
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import dsv4_indexer_cases as C  # noqa: E402
-import mhc_graph_variants as V  # noqa: E402
-from bench_mhc_pre import bound_ratio, median_us  # noqa: E402
-from timing import capture_graph, event_ms  # noqa: E402
-from upstream import load_module  # noqa: E402
+from bench.bench_mhc_pre import bound_ratio, median_us
+from bench.experiments import mhc_graph_variants as V
+from bench.timing import capture_graph, event_ms
+from harness import dsv4_indexer_cases as C
+from harness.upstream import load_module
 
 
 def kernel_spans(graph, replays: int = 20):

@@ -8,14 +8,12 @@ and the getter live in tests/test_flashinfer_compile.py (run them here too: they
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_flashinfer_compile import Tree, probe  # noqa: E402
+from tests.test_flashinfer_compile import Tree, probe
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -7,15 +7,13 @@ inside the last page, and with SGLANG_SM120_INDEXER_FILL_TAIL semantics -inf on 
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import dsv4_indexer_cases as C  # noqa: E402
-from upstream import load_module  # noqa: E402
+from harness import dsv4_indexer_cases as C
+from harness.upstream import load_module
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -2,14 +2,10 @@
 torch.compile (as `compile_in_capture_mode` wraps it during capture) and replayed in a CUDA graph."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import dsv4_indexer_cases as C  # noqa: E402
+from harness import dsv4_indexer_cases as C
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -53,7 +49,7 @@ def test_both_routes_within_bound_repeatable_and_graph_safe(patched_root, tokens
     """The eager one-launch route (arrival counters, last program adds the splits) at decode and
     prefill sizes: within the bound, the same bits on every call, counters back at 0; and the graph
     route, which the function takes by itself while a stream is being captured."""
-    from upstream import load_module
+    from harness.upstream import load_module
 
     overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_gpu_routes")
     gen = torch.Generator(device="cuda").manual_seed(7)

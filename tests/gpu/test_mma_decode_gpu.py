@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-from mma_decode_cases import make_case, reference_f64  # noqa: E402
-from upstream import load_module  # noqa: E402
+from harness.upstream import load_module
+from tests.mma_decode_cases import make_case, reference_f64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-REPO = TESTS.parent
+REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 REL_TOL = 1.2e-2
 
@@ -113,8 +111,8 @@ def test_graph_capture_from_cold_start(heads):
     Triton cache; replays with new q / indices / lengths match float64. 24 rows: 64 heads take a
     Triton config, 16 heads the Gluon one (pick_config)."""
     env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton_cold_"))
-    proc = subprocess.run([sys.executable, __file__, "cold-graph", str(heads)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", __name__, "cold-graph", str(heads)], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     errs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(errs) == 3 and all(e < REL_TOL for e in errs), errs

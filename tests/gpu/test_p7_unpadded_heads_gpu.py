@@ -7,20 +7,17 @@ outputs agree to 2^-7 of their norm, and each is within the kernel's tolerance o
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-from mma_decode_cases import make_case, reference_f64  # noqa: E402
-from upstream import load_module  # noqa: E402
+from harness.upstream import load_module
+from tests.mma_decode_cases import make_case, reference_f64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-REPO = TESTS.parent
+REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 REL_TOL = 1.2e-2          # the kernel against float64 (tests/gpu/test_mma_decode_gpu.py)
 SAME_REL = 2.0 ** -7      # padded against real heads
@@ -39,7 +36,7 @@ def _rel(a, b):
 @pytest.mark.parametrize("heads", [8, 16, 32])
 @pytest.mark.parametrize("batch", [1, 16, 128])
 def test_padded_and_real_heads_agree(mma, heads, batch):
-    import p7_heads_cases as P
+    from tests import p7_heads_cases as P
 
     case = make_case(batch, heads, 128, extra_topk=512, seed=heads + batch, device="cuda", num_pages=16)
     kw = case.kwargs()
@@ -64,7 +61,7 @@ def test_padded_and_real_heads_agree(mma, heads, batch):
 
 @pytest.mark.parametrize("tp_size", [2, 4, 8])
 def test_model_forward_real_heads_matches_padded(pristine_root, patched_root, tp_size):
-    import p7_heads_cases as P
+    from tests import p7_heads_cases as P
 
     mine = P.run_forward(patched_root, patched_root, tp_size=tp_size, mode="decode", tokens=16, device="cuda")
     padded = P.run_forward(pristine_root, patched_root, tp_size=tp_size, mode="decode", tokens=16, device="cuda")

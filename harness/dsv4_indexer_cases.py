@@ -1,7 +1,8 @@
 """The DSv4 indexer and MHC-pre functions out of a real upstream tree, inputs for them, and probes.
 
 Shared by tests/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
-tests/gpu/test_indexer_gpu.py and bench/bench_indexer.py, bench/bench_mhc_pre.py.
+tests/gpu/test_indexer_gpu.py, tests/gpu/test_mhc_gpu.py and bench/bench_indexer.py, bench/bench_mhc_pre.py,
+bench/experiments/mhc_graph_sweep.py.
 
 `indexer.py` and `deepseek_v4.py` import the whole SGLang runtime, so the pure functions are
 compiled out of the file of the tree under test (pristine or patched) with only what they reference.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import math
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from upstream import load_module, top_level_defs  # noqa: E402
+from harness.upstream import load_module, top_level_defs
 
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
@@ -279,7 +278,6 @@ def upstream_trees(pristine: str | None = None, patched: str | None = None) -> t
     import tempfile
 
     repo = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(repo))
     from patchkit.engine import Engine
     from patchkit.fetch import fetch
     from patchkit.lockfile import load_lock
