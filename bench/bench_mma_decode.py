@@ -1,8 +1,8 @@
 """P1 benchmark: MMA sparse-MLA decode vs the pinned upstream per-head Triton kernel vs FlashMLA's
 SM90 sparse decode vs the HBM roofline, on one GPU.
 
-    PATCHKIT_CACHE=$PWD/.carry python3 bench/bench_mma_decode.py [--sweep] [--configs NAMES] [--out DIR]
-    python3 bench/bench_mma_decode.py --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.bench_mma_decode [--sweep] [--configs NAMES] [--out DIR]
+    python3 -m bench.bench_mma_decode --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
 
 Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
 inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The

@@ -90,7 +90,7 @@ def cmd_export(engine, args) -> int:
 
 
 def build_parser(extensions=()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="apply.py", description="Apply, check and revert the patch set on a pinned upstream.")
+    parser = argparse.ArgumentParser(description="Apply, check and revert the patch set on a pinned upstream.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_text, target=True, dry=False):
@@ -127,7 +127,7 @@ def main(repo: Path, argv=None, extensions=()) -> int:
         engine = Engine.from_repo(repo)
         return args.func(engine, args)
     except UsageError as exc:
-        print(f"error: {exc} (usage: apply.py {args.command} --help)", file=sys.stderr)
+        print(f"error: {exc} (usage: {parser.prog} {args.command} --help)", file=sys.stderr)
         return 2
     except PatchkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
