@@ -180,6 +180,23 @@ def test_make_apply_with_only_a_pip_conf_fetches_verifies_and_applies(tmp_path, 
     assert (repo / "build" / "site" / EXTRA).is_file()
 
 
+@pytest.mark.parametrize("source", ["pip.conf index-url", "find-links wheelhouse"])
+def test_make_apply_straight_from_the_users_pip_configuration(tmp_path, wheelhouse, index_url, source):
+    """`apply` with an empty cache and nothing but the user's pip configuration: a pip.conf naming a mirror
+    (here a file index), or an offline --find-links wheelhouse with no index at all."""
+    repo, env = demo_repo(tmp_path / "r")
+    shutil.rmtree(tmp_path / "r" / "cache")
+    if source == "pip.conf index-url":
+        pip = pip_env(tmp_path / "pip", pip_conf(index_url))
+    else:
+        pip = pip_env(tmp_path / "pip", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
+    proc = cli(repo, "apply", env={**env, **pip})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r" / "cache" / "artifacts" / PINNED).is_file()
+    assert (repo / "build" / "site" / EXTRA).is_file()
+    assert cli(repo, "status", env={**env, **pip}).returncode == 0
+
+
 def test_make_apply_with_a_wrong_sha256_is_one_line_and_caches_nothing(tmp_path, index_url):
     repo, env = demo_repo(tmp_path / "r")
     shutil.rmtree(tmp_path / "r" / "cache")
