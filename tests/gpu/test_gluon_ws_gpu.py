@@ -1,12 +1,12 @@
 """Issue 12 experiment on a GPU: the warp-specialised Gluon decode (bench/experiments/gluon_ws_decode.py,
 written without a GPU) against the pinned oracle and float64 at the shapes the shipped Gluon configs are
-checked at (tests/gpu/test_mma_decode_gpu.py's GLUON_SHAPES and _check), split and unsplit."""
+checked at (tests/gpu/test_mma_decode_gpu.py's GLUON_SHAPES and check_against_oracle), split and unsplit."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.gpu.test_mma_decode_gpu import GLUON_SHAPES, _check, oracle  # noqa: F401 (oracle: fixture)
+from tests.gpu.test_mma_decode_gpu import GLUON_SHAPES, check_against_oracle, oracle  # noqa: F401 (oracle: fixture)
 from tests.mma_decode_cases import make_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -27,4 +27,4 @@ def test_ws_configs(oracle, poisoned_empty, config, B, H, topk, extra_topk, page
         out, lse = ws_sparse_decode(*args, config=config, num_splits=splits)
         torch.cuda.synchronize()
         assert out.shape == (B, 1, H, 512) and lse.shape == (B, H, 1)
-        _check(case, out, lse, oracle)
+        check_against_oracle(case, out, lse, oracle)

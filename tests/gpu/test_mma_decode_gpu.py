@@ -39,7 +39,7 @@ def _rel(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
-def _check(case, out, lse, oracle):
+def check_against_oracle(case, out, lse, oracle):
     kw = case.kwargs()
     assert not out.isnan().any(), "NaN or unwritten output element"
     ref, ref_lse = reference_f64(case)
@@ -73,7 +73,7 @@ def test_full_shapes(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, 
     out, lse = mma.flash_mla_sparse_decode_mma(**case.kwargs())
     torch.cuda.synchronize()
     assert out.shape == (B, 1, H, 512) and lse.shape == (B, H, 1)
-    _check(case, out, lse, oracle)
+    check_against_oracle(case, out, lse, oracle)
 
 
 # Every Gluon config at the shapes it may serve (8 / 16 heads, 64 in head groups of 16), split and
@@ -102,7 +102,7 @@ def test_gluon_configs(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page
             out, lse = mma.mma_sparse_decode(*args, config=name, num_splits=splits)
             torch.cuda.synchronize()
             assert out.shape == (B, 1, H, 512) and lse.shape == (B, H, 1)
-            _check(case, out, lse, oracle)
+            check_against_oracle(case, out, lse, oracle)
 
 
 @pytest.mark.parametrize("heads", [64, 16], ids=["h64-triton", "h16-gluon"])
