@@ -6,23 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.test_mma_decode_gpu import GLUON_SHAPES, check_against_oracle, oracle  # noqa: F401 (oracle: fixture)
-from tests.mma_decode_cases import make_case
+from tests.gpu.test_mma_decode_gpu import GLUON_SHAPES, check_against_oracle, gluon_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 @pytest.mark.parametrize("config", ["ws32g1", "ws32g2"])
 @pytest.mark.parametrize("B,H,topk,extra_topk,page,extra_page,sink_mode", GLUON_SHAPES)
-def test_ws_configs(oracle, poisoned_empty, config, B, H, topk, extra_topk, page, extra_page, sink_mode):  # noqa: F811
+def test_ws_configs(oracle, poisoned_empty, config, B, H, topk, extra_topk, page, extra_page, sink_mode):
     from bench.experiments.gluon_ws_decode import ws_sparse_decode
 
-    case = make_case(B, H, topk, page_size=page, extra_topk=extra_topk, extra_page_size=extra_page,
-                     seed=B + H + topk + 1, device="cuda", sink_mode=sink_mode, num_pages=64,
-                     invalid_frac=0.15)
-    kw = case.kwargs()
-    args = [kw[k] for k in ("q", "k_cache", "indices", "topk_length", "attn_sink", "softmax_scale",
-                            "extra_k_cache", "extra_indices", "extra_topk_length")]
+    case, args = gluon_case(B, H, topk, extra_topk, page, extra_page, sink_mode)
     for splits in (None, 1, 3):
         out, lse = ws_sparse_decode(*args, config=config, num_splits=splits)
         torch.cuda.synchronize()

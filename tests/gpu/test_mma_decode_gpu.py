@@ -27,13 +27,6 @@ def mma():
     return load_module(OVERLAY, "flash_mla_sm120_mma")
 
 
-@pytest.fixture(scope="module")
-def oracle(pristine_root):
-    mod = load_module(pristine_root / "sglang/srt/layers/attention/flash_mla_sm120.py", "pinned_sm120_gpu")
-    return mod._sm120_sparse_decode_fwd
-
-
-
 def _rel(a, b):
     a, b = a.double().cpu(), b.double().cpu()
     return ((a - b).norm() / b.norm()).item()
@@ -88,14 +81,19 @@ GLUON_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("B,H,topk,extra_topk,page,extra_page,sink_mode", GLUON_SHAPES)
-def test_gluon_configs(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, extra_page, sink_mode):
+def gluon_case(B, H, topk, extra_topk, page, extra_page, sink_mode):
+    """(case, the decode op's positional arguments) for one GLUON_SHAPES row."""
     case = make_case(B, H, topk, page_size=page, extra_topk=extra_topk, extra_page_size=extra_page,
                      seed=B + H + topk + 1, device="cuda", sink_mode=sink_mode, num_pages=64,
                      invalid_frac=0.15)
     kw = case.kwargs()
-    args = [kw[k] for k in ("q", "k_cache", "indices", "topk_length", "attn_sink", "softmax_scale",
-                            "extra_k_cache", "extra_indices", "extra_topk_length")]
+    return case, [kw[k] for k in ("q", "k_cache", "indices", "topk_length", "attn_sink", "softmax_scale",
+                                  "extra_k_cache", "extra_indices", "extra_topk_length")]
+
+
+@pytest.mark.parametrize("B,H,topk,extra_topk,page,extra_page,sink_mode", GLUON_SHAPES)
+def test_gluon_configs(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, extra_page, sink_mode):
+    case, args = gluon_case(B, H, topk, extra_topk, page, extra_page, sink_mode)
     assert mma.GLUON_CONFIGS
     for name in mma.GLUON_CONFIGS:
         for splits in (None, 3):
