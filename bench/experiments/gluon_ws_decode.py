@@ -536,6 +536,7 @@ def bench(configs, heads=(8, 16), batches=(16, 64, 128)) -> list[dict]:
     replay over ROTATE input sets, shared pools, error vs its float64 reference)."""
     from bench import bench_mma_decode as bm
 
+    bm.print_header()   # command, GPU, versions, as every decode bench
     gen = torch.Generator(device="cuda").manual_seed(0)
     pools = {256: bm.make_pool(4096, 256, gen), 64: bm.make_pool(32768, 64, gen)}
     rows = []
