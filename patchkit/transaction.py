@@ -16,15 +16,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PatchkitError, faults
+from . import PatchkitError, faults, fsio
 from .paths import clean_relpath
 from .hashing import sha256_bytes
 
 JOURNAL = ".patchkit-journal.json"
 WRITTEN = ".patchkit-written.json"   # every digest this tool has written per file, so a later series can replace them
-TMP_SUFFIX = ".patchkit-tmp"
+TMP_SUFFIX = fsio.TMP_SUFFIX
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
-_tmp_writes = 0      # temp files written by this process (a fault-injection point counts them)
 
 
 @dataclass
@@ -96,17 +95,7 @@ def stray_temp_files(target: Path, relpaths) -> list[str]:
 
 
 def _atomic_write(path: Path, data: bytes, mode: int | None) -> None:
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    global _tmp_writes
-    faults.point("tmp", _tmp_writes)
-    _tmp_writes += 1
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    fsio.atomic_write(path, data, mode, fault="tmp")
 
 
 def _set(target: Path, rel: str, data: bytes | None, created_dirs: list[Path]) -> None:

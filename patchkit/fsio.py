@@ -1,0 +1,155 @@
+"""The one way patchkit writes a file it owns, and reads one back: atomically, never through a link.
+
+Every write patchkit makes to its own files (target files, journal, written record, rebase state, backups,
+pin.lock) goes through `atomic_write`: the bytes go to a temp file beside the destination, created with
+O_EXCL | O_NOFOLLOW (so no link, dangling or not, is ever followed), are fsync'ed, and are renamed over the
+destination (rename replaces a link itself, never what it points at). A kill at any moment leaves either the
+old file or the new one, plus at most a temp file that `stale_temp_files` finds and `remove_stale` deletes.
+
+`read_owned` is the matching reader for bookkeeping: the file must be a regular file owned by this user,
+opened without following a link; anything else is a one-line PatchkitError naming the path.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from . import PatchkitError, faults
+
+TMP_SUFFIX = ".patchkit-tmp"
+_counts: dict[str, int] = {}     # passes through each fault point by this process
+
+
+def temp_path(path: Path) -> Path:
+    """The temp name a write of `path` uses (`.NAME.patchkit-tmp` beside it)."""
+    return path.with_name(f".{path.name}{TMP_SUFFIX}")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a regular file" if stat.S_ISREG(mode) else "something else"
+
+
+def kind_of(path: Path) -> str | None:
+    """What is at `path` without following a link ('a regular file', 'a symlink', ...), None if nothing."""
+    try:
+        return _kind(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _unlink_any(path: Path) -> None:
+    """Remove a non-directory entry of any type (a dangling link too); absent is fine."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise PatchkitError(f"{path}: expected a file or nothing, found a directory; remove it and run again")
+    os.unlink(path)
+
+
+def atomic_write(path: Path, data: bytes, mode: int | None = None, fault: str | None = None) -> None:
+    """Replace `path` with `data` all at once. `mode`: permission bits (default: 0o644 minus the umask).
+    `fault`: the fault-injection point between the temp file's write and its rename (faults.py)."""
+    path = Path(path)
+    tmp = temp_path(path)
+    _unlink_any(tmp)                    # a stale temp of an earlier, killed write: never written through
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o644 if mode is None else 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        if fault:
+            n = _counts.get(fault, 0)
+            _counts[fault] = n + 1
+            faults.point(fault, n)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_owned(path: Path, what: str, limit: int = 64 << 20) -> bytes | None:
+    """The bytes of a file patchkit owns, None if absent. It must be a regular file of this user, at most
+    `limit` bytes; opened without following a link and without blocking on a FIFO."""
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PatchkitError(f"{path}: expected {what} (a regular file), found a symlink; "
+                                "remove it if no patchkit command is running") from None
+        raise PatchkitError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PatchkitError(f"{path}: expected {what} (a regular file), found {_kind(st.st_mode)}; "
+                                "remove it if no patchkit command is running")
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise PatchkitError(f"{path}: expected {what} owned by uid {os.geteuid()}, found uid {st.st_uid}")
+        if st.st_size > limit:
+            raise PatchkitError(f"{path}: expected {what} of at most {limit} bytes, found {st.st_size}")
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise PatchkitError(f"{path}: expected {what} of at most {limit} bytes, found more")
+        return data
+    finally:
+        os.close(fd)
+
+
+def stale_temp_files(directory: Path) -> list[Path]:
+    """Temp entries of any type (a dangling link too) an interrupted write left in `directory`."""
+    directory = Path(directory)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(directory / n for n in names if n.startswith(".") and n.endswith(TMP_SUFFIX))
+
+
+def remove_stale(paths) -> None:
+    for p in paths:
+        _unlink_any(Path(p))
