@@ -118,6 +118,19 @@ def all_patches(repo: Path):
             yield name, up, p
 
 
+def status(patch) -> str:
+    return (patch.trailer("Upstream-Status") or [""])[0]
+
+
+def exportable(patch) -> bool:
+    """Not downstream-only; Backport and Superseded-By patches export with --force."""
+    return not status(patch).lower().startswith("inappropriate")
+
+
+def needs_force(patch) -> bool:
+    return status(patch).startswith("Backport") or bool(patch.trailer("Superseded-By"))
+
+
 def pr_data(repo: Path, name: str):
     return load_pr_data(repo / "patches" / name)
 
@@ -141,13 +154,13 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
     patches = list(all_patches(overlay_repo))
     assert patches, "the series holds no patch"
     for name, up, patch in patches:
-        if patch.trailer("Depends-On"):
-            continue  # stacked on its dependency's branch: tests/test_export_pr_depends.py
+        if patch.trailer("Depends-On") or not exportable(patch):
+            continue  # stacked on its dependency's branch: tests/test_export_pr_depends.py; never exported: below
         repo, prefix, tag = checkouts[name], up.get("repo_prefix", ""), up["tag"]
         pr = pr_data(overlay_repo, name).patches[patch.name]
         head_before = git(repo, "rev-parse", "HEAD").strip()
         branch = default_branch(patch)
-        force = ["--force"] if (patch.trailer("Upstream-Status") or [""])[0].startswith("Backport") else []
+        force = ["--force"] if needs_force(patch) else []
         proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), *force)
         try:
             assert proc.returncode == 0, proc.stderr + proc.stdout
@@ -229,7 +242,7 @@ def later_main(checkouts):
 def test_base_defaults_to_main_and_a_conflicting_base_is_refused_naming_the_file(checkouts, overlay_repo, later_main):
     repo, up = later_main, LOCK.upstream("sglang")
     name, _, patch = next(t for t in all_patches(overlay_repo) if t[0] == "sglang" and not t[2].trailer("Depends-On")
-                          and not (t[2].trailer("Upstream-Status") or [""])[0].startswith("Backport"))
+                          and exportable(t[2]) and not needs_force(t[2]))
     rel = up.repo_prefix + patch.paths[0]
     branch = default_branch(patch)
     # main moved on without touching what the patch changes: the branch is built on main
@@ -299,10 +312,9 @@ def _with_trailer(repo: Path, prefix: str, line: str) -> str:
 
 def test_upstream_superseded_and_inappropriate_patches(checkouts, tmp_path):
     repo, copy = checkouts["sglang"], repo_copy(tmp_path / "repo")
-    backport = next(p for n, _, p in all_patches(copy) if n == "sglang"
-                    and (p.trailer("Upstream-Status") or [""])[0].startswith("Backport"))
-    proc = cli(copy, "export-pr", f"sglang/{backport.name}", "--repo", str(repo))
-    assert proc.returncode == 1 and "upstream already has this change; pass --force" in proc.stderr
+    for backport in [p for n, _, p in all_patches(copy) if n == "sglang" and status(p).startswith("Backport")]:
+        proc = cli(copy, "export-pr", f"sglang/{backport.name}", "--repo", str(repo))
+        assert proc.returncode == 1 and "upstream already has this change; pass --force" in proc.stderr
     superseded = _with_trailer(copy, "0003", "Superseded-By: sglang/srt/layers/mhc.py mhc_fused_post_pre")
     proc = cli(copy, "export-pr", f"sglang/{superseded}", "--repo", str(repo))
     assert proc.returncode == 1
