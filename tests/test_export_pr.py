@@ -378,19 +378,6 @@ def _tree_of(repo: Path, ref: str, dest: Path) -> Path:
     return dest
 
 
-# Runs an upstream test file as upstream CI does (`python3 FILE`), against the checkout's python/ tree.
-# The `sglang` package is entered without running its __init__.py, which imports the serving front end
-# (orjson and other server dependencies this CPU venv does not have); every module the test imports is
-# the checkout's own file.
-_RUN_UPSTREAM_TEST = """
-import runpy, sys, types
-root, test = sys.argv[1], sys.argv[2]
-package = types.ModuleType("sglang"); package.__path__ = [root + "/sglang"]; sys.modules["sglang"] = package
-sys.argv = [test, "-v"]
-runpy.run_path(test, run_name="__main__")
-"""
-
-
 def test_the_unittest_travels_registered_and_its_cpu_part_runs(checkouts, overlay_repo, tmp_path):
     repo, up = checkouts["sglang"], LOCK.upstream("sglang")
     name, _, patch = next(t for t in all_patches(overlay_repo) if t[0] == "sglang" and t[2].name.startswith("0001"))
@@ -410,9 +397,11 @@ def test_the_unittest_travels_registered_and_its_cpu_part_runs(checkouts, overla
         assert entry.backend == register.HWBackend.CUDA and entry.effective_suite == "base-b-test-1-gpu-small"
         assert entry.disabled is None and entry.nightly is False
         # its CPU part runs with this venv's python against the branch's tree, and fails on the release
+        # (harness.upstream_test: `python3 FILE` as SGLang's CI runs it, against that tree's python/)
         run = lambda root: subprocess.run(  # noqa: E731
-            [sys.executable, "-c", _RUN_UPSTREAM_TEST, str(root / up.repo_prefix), str(test_file)],
-            capture_output=True, text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})
+            [sys.executable, "-m", "harness.upstream_test", str(root / up.repo_prefix), str(test_file), "-v"],
+            capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "TRITON_INTERPRET": "1"})
         green = run(patched)
         assert green.returncode == 0 and "test_cpu_interpreter_small" in green.stderr and "OK" in green.stderr, green.stderr
         red = run(pinned)
