@@ -319,7 +319,9 @@ def run(engine, args) -> int:
             checkout_git(repo, "branch", "-D", b, check=False)
         raise
     gh_repo = _github_repo(up.repo)
-    gh_base = base_name if branch_exists(repo, base_name) else "<upstream branch>"
+    gh_base = base_name if branch_exists(repo, base_name) else "BRANCH"
+    if gh_base == "BRANCH":
+        print(f"(the base {base_name} is not a branch: replace BRANCH with the upstream branch the PR targets)")
     for pl in planned:
         pl.body_path.parent.mkdir(parents=True, exist_ok=True)
         pl.body_path.write_text(pl.body, encoding="utf-8")
