@@ -18,7 +18,7 @@ help:
 	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
 	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]   carry the series to a new release"
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
-	@echo "make pr PATCH=NAME REPO=DIR [BRANCH=NAME]                  one patch as a branch + PR body on an upstream checkout"
+	@echo "make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]   one patch (SERIES=1: its stack) as branches + PR bodies on an upstream checkout"
 	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps (pip's own configuration), patched; then doctor"
 	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
@@ -78,8 +78,9 @@ rebase-abort:
 	$(PYTHON) apply.py rebase --abort
 
 pr:
-	@test -n "$(PATCH)" -a -n "$(REPO)" || { echo "usage: make pr PATCH=NAME REPO=DIR [BRANCH=NAME]"; exit 2; }
-	$(PYTHON) apply.py export-pr $(PATCH) --repo $(REPO) $(if $(BRANCH),--branch $(BRANCH),)
+	@test -n "$(PATCH)" -a -n "$(REPO)" || { echo "usage: make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]"; exit 2; }
+	$(PYTHON) apply.py export-pr $(PATCH) --repo $(REPO) $(if $(BASE),--base $(BASE),) $(if $(SERIES),--series,) \
+		$(if $(FORCE),--force,) $(if $(BRANCH),--branch $(BRANCH),)
 
 clean:
 	rm -rf build $(VENV)

@@ -21,6 +21,19 @@ def test_rebase_without_arguments_is_a_usage_error(tmp_path):
         assert proc.stderr.strip().count("\n") == 0 and "usage" in proc.stderr, proc.stderr
 
 
+def _describe_for_upstream(series_dir):
+    """The upstream-pr.toml export-pr needs: each demo patch described, one line per file it touches."""
+    from patchkit.patchfile import parse_patch
+
+    entries = []
+    for path in sorted(series_dir.glob("*.patch")):
+        p = parse_patch(path)
+        mods = ", ".join(f'{{path = "{rel}", what = "changed"}}' for rel in dict.fromkeys(p.paths + p.overlay))
+        entries.append(f'[[patch]]\nfile = "{p.name}"\ntitle = "demo change"\nmotivation = "why"\n'
+                       f"modifications = [{mods}]\n")
+    (series_dir / "upstream-pr.toml").write_text("\n".join(entries))
+
+
 def test_export_pr_refuses_to_overwrite_an_existing_body_file(tmp_path):
     from patchkit.gitcmd import git, init_repo
 
@@ -32,6 +45,7 @@ def test_export_pr_refuses_to_overwrite_an_existing_body_file(tmp_path):
     git(checkout, "add", "-A")
     git(checkout, "commit", "-qm", "release 1.0")
     git(checkout, "tag", "v1.0")
+    _describe_for_upstream(repo / "patches" / "demo")
     body = tmp_path / "notes.md"
     body.write_text("my own notes\n")
     proc = cli(repo, "export-pr", "0001", "--repo", str(checkout), "--body", str(body), env=env)

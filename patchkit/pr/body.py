@@ -1,14 +1,32 @@
-"""Write an upstream pull-request description from a patch header and the evidence it names."""
+"""The pull-request description and the commit message of one exported patch, from its upstream data.
+
+Both come from `upstream-pr.toml` (prdata.py), never from the patch header's prose, which is written for
+this repository. Measured results are inlined with the GPU, versions, command and date they were taken
+with; the base's own PR template decides the sections (template.py).
+"""
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from dataclasses import dataclass
 
 from ..patchfile import PatchFile
+from .prdata import Measured, UpstreamPR
+from .template import fill
 
-# Trailers that only mean something to this overlay; they do not go into the upstream commit.
-OVERLAY_TRAILERS = {"upstream-status", "evidence", "test", "overlay", "reached-if", "unreached-if"}
+# Trailers that only mean something to this overlay; they never go into the upstream commit.
+OVERLAY_TRAILERS = {"upstream-status", "evidence", "test", "overlay", "reached-if", "unreached-if",
+                    "depends-on", "superseded-by"}
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+
+
+@dataclass
+class Stack:
+    """Where a PR sits in a stack: its place, and the PR (branch, title) it builds on."""
+    index: int = 0              # 1-based; 0 = not part of a numbered series
+    total: int = 0
+    parent_branch: str = ""
+    parent_title: str = ""
 
 
 def slug(heading: str) -> str:
@@ -19,75 +37,62 @@ def slug(heading: str) -> str:
 
 
 def markdown_section(text: str, anchor: str) -> str | None:
-    """The section of a Markdown document that `#anchor` points at (heading slug or an explicit id)."""
+    """The section of a Markdown document that `#anchor` points at (heading slug or an explicit id).
+    Lines inside code fences are never headings (a `# comment` in a shell block does not end a section)."""
     lines = text.splitlines()
-    start = level = None
-    explicit = re.compile(r"""(?:id|name)\s*=\s*["']%s["']|\{#%s\}""" % (re.escape(anchor), re.escape(anchor)))
+    headings, fenced = {}, False   # line number -> level
     for i, line in enumerate(lines):
-        m = _HEADING_RE.match(line)
-        if m and slug(m.group(2)) == anchor or explicit.search(line):
-            start = i
-            break
+        if _FENCE_RE.match(line):
+            fenced = not fenced
+            continue
+        m = None if fenced else _HEADING_RE.match(line)
+        if m:
+            headings[i] = (len(m.group(1)), m.group(2))
+    explicit = re.compile(r"""(?:id|name)\s*=\s*["']%s["']|\{#%s\}""" % (re.escape(anchor), re.escape(anchor)))
+    start = next((i for i, (_, title) in headings.items() if slug(title) == anchor), None)
+    if start is None:
+        marker = next((i for i, line in enumerate(lines) if explicit.search(line)), None)
+        start = next((i for i in sorted(headings) if marker is not None and i >= marker), None)
     if start is None:
         return None
-    for j in range(start, len(lines)):
-        m = _HEADING_RE.match(lines[j])
-        if m:
-            start, level = j, len(m.group(1))
-            break
-    end = len(lines)
-    for j in range(start + 1, len(lines)):
-        m = _HEADING_RE.match(lines[j])
-        if m and level is not None and len(m.group(1)) <= level:
-            end = j
-            break
+    level = headings[start][0]
+    end = next((i for i in sorted(headings) if i > start and headings[i][0] <= level), len(lines))
     return "\n".join(lines[start:end]).strip()
 
 
-def _demote(markdown: str) -> str:
-    """Headings one level down (outside code fences), so a quoted section nests under '## Evidence'."""
-    out, fenced = [], False
-    for line in markdown.splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        out.append("#" + line if not fenced and _HEADING_RE.match(line) and not line.startswith("######") else line)
-    return "\n".join(out)
+def title(pr: UpstreamPR, stack: Stack) -> str:
+    return f"[{stack.index}/{stack.total}] {pr.title}" if stack.total else pr.title
 
 
-def commit_message(patch: PatchFile) -> str:
-    """Subject, body, and only the trailers that are meaningful upstream (e.g. Signed-off-by)."""
+def commit_message(patch: PatchFile, pr: UpstreamPR) -> str:
+    """Title, the upstream motivation, and only trailers meaningful upstream (e.g. Signed-off-by)."""
     kept = [f"{k}: {v}" for k, v in patch.trailers if k.lower() not in OVERLAY_TRAILERS]
-    parts = [patch.subject, patch.body.strip()] + (["\n".join(kept)] if kept else [])
+    parts = [pr.title, pr.motivation] + (["\n".join(kept)] if kept else [])
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def _evidence(value: str, repo: Path) -> str:
-    target, _, anchor = value.partition("#")
-    path = repo / target
-    if anchor and path.is_file():
-        section = markdown_section(path.read_text(encoding="utf-8"), anchor)
-        if section:
-            return f"From `{value}` in the overlay repository:\n\n{_demote(section)}"
-        return f"`{value}`: the overlay repository's {target} has no section #{anchor} yet."
-    if path.is_file():
-        return f"`{value}` in the overlay repository (red on the unpatched release, green with this change)."
-    return f"`{value}` (not found in the overlay repository)."
+def _measured(m: Measured) -> str:
+    out = [m.result, "", f"- GPU: {m.gpu}", f"- Versions: {m.versions}", f"- Date: {m.date}",
+           "- Command:", "", "```", m.command.strip(), "```"]
+    if m.rows:
+        out += ["", "| " + " | ".join(m.columns) + " |", "|" + "---|" * len(m.columns)]
+        out += ["| " + " | ".join(r) + " |" for r in m.rows]
+    return "\n".join(out)
 
 
-def pr_body(patch: PatchFile, repo: Path, files: list[tuple[str, str]], base: str) -> str:
-    """files: (repo-layout path, 'modified' | 'new file' | 'deleted')."""
-    out = [f"# {patch.subject}", "", "## Motivation", "", patch.body.strip() or "(no description in the patch header)",
-           "", "## Change", "", f"One commit on {base}:", ""]
-    out += [f"- `{path}` ({what})" for path, what in files]
-    out += ["", "## Evidence", ""]
-    evidence = patch.trailer("Evidence")
-    out += [_evidence(v, repo) + "\n" for v in evidence] or ["(the patch names no evidence)", ""]
-    out += ["## Test plan", ""]
-    tests = patch.trailer("Test")
-    out += [f"- [ ] `python -m pytest -q {t}` (overlay repository): fails on the unpatched release, passes with this change"
-            for t in tests] or ["- [ ] (the patch names no test)"]
-    out += ["- [ ] the upstream test suite for the touched modules"]
-    status = patch.trailer("Upstream-Status")
-    if status:
-        out += ["", f"Upstream-Status in the overlay: {status[0]}"]
-    return "\n".join(out).rstrip() + "\n"
+def pr_body(pr: UpstreamPR, template: str, files: list[tuple[str, str]], base: str, stack: Stack,
+            test_command: str = "") -> str:
+    """files: (repo-layout path, what changes there), in commit order."""
+    motivation = pr.motivation
+    if stack.parent_branch:
+        motivation = (f"Builds on `{stack.parent_branch}` (\"{stack.parent_title}\"): review and merge that "
+                      f"PR first; this one adds a single commit on top of it.\n\n{motivation}")
+    mods = [f"One commit on `{base}`:", ""] + [f"- `{path}`: {what}" for path, what in files]
+    accuracy = [_measured(a) for a in pr.accuracy]
+    if test_command:
+        accuracy.append(f"Unit test added with this PR (CPU parts run anywhere, GPU parts skip without CUDA):\n\n"
+                        f"```\n{test_command}\n```")
+    content = {"motivation": motivation, "modifications": "\n".join(mods),
+               "accuracy": "\n\n".join(accuracy) or "N/A",
+               "benchmark": "\n\n".join(_measured(b) for b in pr.benchmark) or "N/A"}
+    return fill(template, content, preamble=f"# {title(pr, stack)}")

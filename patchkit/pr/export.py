@@ -1,35 +1,49 @@
-"""`apply.py export-pr PATCH --repo DIR`: one patch as a branch on an upstream git checkout, plus a PR body.
+"""`apply.py export-pr PATCH --repo DIR [--base REF] [--series]`: one patch (or its stack) as branches on an
+upstream git checkout, each with a PR body and a commit message written for the upstream project.
 
-The checkout must be clean and at the pinned release (its tag, and the touched files byte-identical to
-the pinned artifact). The commit is built with git plumbing on a private index, so the user's work
-tree and current branch are never touched. Paths move from wheel layout to repo layout through
-pin.lock's `repo_prefix`. A patch written on top of an earlier patch of the series is carried to the
-bare release with a 3-way merge (`git merge-file`); if that conflicts, export the earlier one first.
+The branch is built on `--base` (default: the checkout's `main`, else the pinned tag) with git plumbing on
+a private index, so the user's work tree and current branch are never touched. Paths move from wheel
+layout to repo layout through pin.lock's `repo_prefix`. What goes upstream (title, motivation, per-file
+lines, measured results, the unittest the PR adds) is the series' upstream-pr.toml (prdata.py); the PR
+body follows the base's own pull-request template (template.py). Everything is checked before the first
+branch is made: patch status, data, vocabulary, identity, and that the change applies to the base.
 """
 from __future__ import annotations
 
 import re
+import shlex
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from .. import PatchkitError
+from .. import PatchkitError, UsageError
 from ..check import depends_on_errors
-from ..gitcmd import author_env, checkout_git, git
-from ..hashing import sha256_bytes
-from .body import commit_message, pr_body
+from ..gitcmd import checkout_git
+from .body import Stack, commit_message, pr_body, title
+from .carry import carried_change
+from .prdata import DATA_FILE, load_pr_data
+from .template import DEFAULT_TEMPLATE, TEMPLATE_PATHS
+
+BRANCH_MAX = 60   # characters after 'pr/': whole words only
 
 
 def add_parser(sub) -> None:
-    help_text = "make a branch with one patch (and its overlay files) on an upstream git checkout, and a PR body"
+    help_text = "make a branch with one patch (and its overlay files and unittest) on an upstream git checkout, and a PR body"
     p = sub.add_parser("export-pr", help=help_text, description=help_text)
     p.add_argument("patch", help="patch file name, its NNNN number, or UPSTREAM/NAME")
-    p.add_argument("--repo", required=True, metavar="DIR", help="git checkout of the upstream project at the pinned tag")
-    p.add_argument("--branch", metavar="NAME", help="default: pr/<patch name without number>")
+    p.add_argument("--repo", required=True, metavar="DIR", help="git checkout of the upstream project")
+    p.add_argument("--base", metavar="REF", help="commit the PR is based on (default: main if the checkout has it, "
+                                                 "else the pinned release tag)")
+    p.add_argument("--series", action="store_true",
+                   help="also export the patches it depends on, as a stack of branches titled [k/N]")
+    p.add_argument("--force", action="store_true",
+                   help="export a patch marked as already upstream (Backport) or superseded (Superseded-By)")
+    p.add_argument("--branch", metavar="NAME", help="default: pr/<the patch subject, whole words>")
     p.add_argument("--body", metavar="FILE", help="where to write the PR body (default: build/pr/<branch>.md)")
     p.set_defaults(func=run)
 
 
-# -- which patch ----------------------------------------------------------------------------------
+# -- which patch, which branch ---------------------------------------------------------------------
 def find_patch(engine, spec: str):
     """(upstream name, series, index) of the one patch `spec` names."""
     parts = spec.rstrip("/").split("/")
@@ -55,87 +69,54 @@ def find_patch(engine, spec: str):
     return hits[0]
 
 
-def default_branch(patch_name: str) -> str:
-    return "pr/" + re.sub(r"^\d{4}-", "", patch_name[:-len(".patch")])
+def default_branch(patch) -> str:
+    """pr/ + the subject's words, lower case, as many whole words as fit in BRANCH_MAX characters
+    (the file name is cut by format-patch mid-word, so it is not used)."""
+    words = [w for w in re.split(r"[^A-Za-z0-9_.]+", patch.subject.lower()) if w.strip(".")]
+    out = ""
+    for w in words:
+        nxt = f"{out}-{w}" if out else w
+        if len(nxt) > BRANCH_MAX:
+            break
+        out = nxt
+    return "pr/" + (out or patch.name[:4])
 
 
-def stack_base(repo: Path, series, index: int, head: str, prefix: str) -> tuple[str, object]:
-    """(parent commit, reader of its files) for the new branch: HEAD, or, for a patch with Depends-On:
-    trailers, the tip of the branch export-pr made for the last patch it needs (refused if missing)."""
-    patch = series.patches[index]
-    errors = depends_on_errors(series, patch)
-    if errors:
-        raise PatchkitError(f"export-pr: {patch.name}: {errors[0]}")
-    deps = patch.trailer("Depends-On")
-    if not deps:
-        return head, None
-    order = [p.name for p in series.patches]
-    tips = []
-    for dep in sorted(deps, key=order.index):
-        branch = default_branch(dep)
-        tip = checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}", check=False).stdout.strip()
-        if not tip:
-            raise PatchkitError(f"export-pr: {patch.name} depends on {dep}: expected its branch {branch} in {repo}, "
-                                f"found none; export {dep} first")
-        tips.append(tip)
-    tip = tips[-1]  # the latest dependency's branch; the others must be part of it
-    for other in [head] + tips:
-        if checkout_git(repo, "merge-base", "--is-ancestor", other, tip, check=False).returncode != 0:
-            raise PatchkitError(f"export-pr: {patch.name}: expected {tip[:12]} (the branch of a patch it depends on) "
-                                f"to contain {other[:12]}, found it does not")
-
-    def read(rel: str) -> bytes | None:
-        proc = checkout_git(repo, "cat-file", "blob", f"{tip}:{prefix}{rel}", check=False, text=False)
-        return proc.stdout if proc.returncode == 0 else None
-
-    return tip, read
+def status_gate(patch, force: bool) -> None:
+    """Refuse what is not for upstream: Inappropriate never; already upstream or superseded without --force."""
+    status = (patch.trailer("Upstream-Status") or [""])[0]
+    if status.lower().startswith("inappropriate"):
+        raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: not meant for upstream, never exported")
+    if force:
+        return
+    if status.lower().startswith("backport"):
+        raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: upstream already has this change; "
+                            "pass --force to export it anyway")
+    superseded = patch.trailer("Superseded-By")
+    if superseded:
+        raise PatchkitError(f"export-pr: {patch.name}: superseded by upstream's {superseded[0]}; "
+                            "pass --force to export it anyway")
 
 
-# -- the change, relative to the bare release -----------------------------------------------------
-def standalone_change(series, index: int, pristine, ours_of=None) -> dict[str, bytes | None]:
-    """New bytes (None = deleted) of every file patch `index` touches, applied to the pinned release alone
-    (or to the files `ours_of(path)` returns: the branch of a patch it depends on)."""
-    patch = series.patches[index]
-    mine = list(dict.fromkeys(patch.paths))
-    with tempfile.TemporaryDirectory(prefix="patchkit-pr-") as tmp:
-        scratch = Path(tmp) / "tree"
-        git(Path(tmp), "init", "-q", "tree")
-        for rel in mine:
-            if pristine.has(rel):
-                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
-                (scratch / rel).write_bytes(pristine.read(rel))
-        base = {}
-        for j, p in enumerate(series.patches[: index + 1]):
-            if j == index:
-                base = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
-            if not set(p.paths) & set(mine):
-                continue
-            files = [rel for rel in dict.fromkeys(p.paths) if rel in mine]
-            include = [f"--include={rel}" for rel in files]
-            proc = git(scratch, "apply", "--whitespace=nowarn", *include, str(p.path.resolve()), check=False)
-            if proc.returncode != 0:
-                raise PatchkitError(f"{p.path}: does not apply to the pinned release: {proc.stderr.strip()[:200]}")
-        theirs = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
-        result = {}
-        for rel in mine:
-            ours = ours_of(rel) if ours_of else pristine.read(rel) if pristine.has(rel) else None
-            if base[rel] == ours or theirs[rel] is None or base[rel] is None or ours is None:
-                result[rel] = theirs[rel]
-                continue
-            for label, data in (("ours", ours), ("base", base[rel]), ("theirs", theirs[rel])):
-                (Path(tmp) / label).write_bytes(data)
-            merged = git(Path(tmp), "merge-file", "-p", "ours", "base", "theirs", check=False, text=False)
-            if merged.returncode != 0:
-                earlier = [p.name for p in series.patches[:index] if rel in p.paths]
-                raise PatchkitError(f"export-pr: {patch.name} changes {rel} on top of {', '.join(earlier)}; "
-                                    "on the bare release the change conflicts: export that patch first")
-            result[rel] = merged.stdout
-    return result
+def chain_of(series, index: int) -> list[int]:
+    """Indices of the patch and, first, every patch it depends on (Depends-On, transitively), in series order."""
+    names = [p.name for p in series.patches]
+    need, todo = set(), [index]
+    while todo:
+        i = todo.pop()
+        if i in need:
+            continue
+        need.add(i)
+        errors = depends_on_errors(series, series.patches[i])
+        if errors:
+            raise PatchkitError(f"export-pr: {series.patches[i].name}: {errors[0]}")
+        todo += [names.index(d) for d in series.patches[i].trailer("Depends-On")]
+    return sorted(need)
 
 
 # -- the user's checkout --------------------------------------------------------------------------
-def check_checkout(repo: Path, up, pristine, paths: list[str], prefix: str) -> str:
-    """Refuse a checkout that is not git, dirty, or not the pinned release; returns HEAD's commit."""
+def check_checkout(repo: Path, up) -> None:
+    """Refuse a path that is not the top of a clean git checkout."""
     if not repo.is_dir():
         raise PatchkitError(f"export-pr: {repo}: expected a git checkout of {up.repo or up.package}, found no directory")
     top = checkout_git(repo, "rev-parse", "--show-toplevel", check=False)
@@ -146,81 +127,211 @@ def check_checkout(repo: Path, up, pristine, paths: list[str], prefix: str) -> s
     if dirty:
         raise PatchkitError(f"export-pr: {repo}: expected a clean checkout, found {len(dirty)} changed file(s), "
                             f"e.g. '{dirty[0][3:]}'; commit or stash them first")
-    head = checkout_git(repo, "rev-parse", "HEAD").stdout.strip()
-    if up.tag:
-        tagged = checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/tags/{up.tag}^{{commit}}", check=False).stdout.strip()
-        if tagged and tagged != head:
-            found = checkout_git(repo, "describe", "--tags", "--always", "HEAD").stdout.strip()
-            raise PatchkitError(f"export-pr: {repo}: expected HEAD at {up.tag} ({up.label}), found {found}; "
-                                f"run 'git checkout {up.tag}' first")
-    for rel in paths:
-        expected = pristine.read(rel) if pristine.has(rel) else None
-        where = repo / (prefix + rel)
-        found = where.read_bytes() if where.is_file() else None
-        if found != expected:
-            state = "absent" if found is None else f"sha256 {sha256_bytes(found)[:12]}"
-            want = "absent" if expected is None else f"sha256 {sha256_bytes(expected)[:12]}"
-            raise PatchkitError(f"export-pr: {repo}: expected {prefix + rel} as in {up.label} ({want}), "
-                                f"found {state}: the checkout is not the pinned release")
-    return head
 
 
-def make_commit(repo: Path, head: str, files: dict[str, bytes | None], message: str, author: dict, branch: str) -> str:
-    """Commit `files` (repo paths) on top of head as `branch`, through a private index."""
+def identity(repo: Path) -> str:
+    """'Name <email>' the commits will carry: the checkout's git identity (its config, or GIT_AUTHOR_* /
+    GIT_COMMITTER_* in the environment), never one git guesses from the host name."""
+    idents = []
+    for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        proc = checkout_git(repo, "-c", "user.useConfigOnly=true", "var", var, check=False)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise PatchkitError(f"export-pr: {repo}: expected a git identity for the commit (git config user.name "
+                                "and user.email), found none; set them with git config first")
+        idents.append(proc.stdout.strip().rsplit(" ", 2)[0])
+    return idents[0]
+
+
+def resolve_base(repo: Path, up, base: str | None) -> tuple[str, str]:
+    """(commit, name) of the PR's base."""
+    candidates = [base] if base else ["main", up.tag] if up.tag else ["main"]
+    for ref in candidates:
+        sha = checkout_git(repo, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False).stdout.strip()
+        if sha:
+            return sha, ref
+    raise PatchkitError(f"export-pr: {repo}: expected the base {' or '.join(candidates)} in the checkout, found none"
+                        + ("" if base else "; pass --base REF"))
+
+
+def reader(repo: Path, commit: str):
+    def read(path: str) -> bytes | None:
+        proc = checkout_git(repo, "cat-file", "blob", f"{commit}:{path}", check=False, text=False)
+        return proc.stdout if proc.returncode == 0 else None
+    return read
+
+
+def template_at(repo: Path, commit: str) -> str:
+    read = reader(repo, commit)
+    for path in TEMPLATE_PATHS:
+        data = read(path)
+        if data is not None:
+            return data.decode("utf-8", errors="replace")
+    return DEFAULT_TEMPLATE
+
+
+def branch_exists(repo: Path, branch: str) -> bool:
+    return checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}", check=False).returncode == 0
+
+
+def write_commit(repo: Path, parent: str, files: dict[str, bytes | None], message: str) -> str:
+    """A commit of `files` (repo paths) on top of parent, built through a private index; the author and
+    committer are the checkout's git identity."""
     with tempfile.TemporaryDirectory(prefix="patchkit-pr-index-") as tmp:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        checkout_git(repo, "read-tree", head, env=index)
+        checkout_git(repo, "read-tree", parent, env=index)
         for path, data in files.items():
             if data is None:
                 checkout_git(repo, "update-index", "--force-remove", "--", path, env=index)
                 continue
             blob = checkout_git(repo, "hash-object", "-w", "--stdin", input=data, text=False).stdout.decode().strip()
-            mode = checkout_git(repo, "ls-tree", head, "--", path).stdout.split(" ", 1)[0] or "100644"
+            mode = checkout_git(repo, "ls-tree", parent, "--", path).stdout.split(" ", 1)[0] or "100644"
             checkout_git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", env=index)
         tree = checkout_git(repo, "write-tree", env=index).stdout.strip()
-    ident = {} if checkout_git(repo, "config", "user.email", check=False).stdout.strip() else {
-        "GIT_COMMITTER_NAME": author.get("GIT_AUTHOR_NAME", "patchkit"),
-        "GIT_COMMITTER_EMAIL": author.get("GIT_AUTHOR_EMAIL", "patchkit@invalid")}
-    commit = checkout_git(repo, "commit-tree", tree, "-p", head, env={**author, **ident}, input=message).stdout.strip()
-    checkout_git(repo, "branch", branch, commit)
-    return commit
+    return checkout_git(repo, "commit-tree", tree, "-p", parent, input=message).stdout.strip()
+
+
+# -- one PR ---------------------------------------------------------------------------------------
+@dataclass
+class Planned:
+    patch: object
+    branch: str
+    commit: str              # the commit the branch will point at
+    files: dict              # repo path -> bytes (None = deleted)
+    message: str
+    body: str
+    body_path: Path
+    title: str
+
+
+def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_name, template, stack, branch,
+             body_path):
+    up = engine.lock.upstream(name)
+    prefix = up.repo_prefix or ""
+    patch = series.patches[index]
+    pr = data.patches.get(patch.name) if data else None
+    if pr is None:
+        raise PatchkitError(f"export-pr: {patch.name}: expected its upstream description in "
+                            f"{series.patches[index].path.parent / DATA_FILE}, found none")
+    pristine = engine.pristine(name)
+    read = reader(repo, parent)
+    change = carried_change(series, index, pristine, lambda rel: read(prefix + rel), parent_name, prefix)
+    for rel in patch.overlay:
+        if read(prefix + rel) is not None:
+            raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {prefix}{rel} "
+                                "already exists there (the patch adds it)")
+        change[rel] = series.overlay_bytes(rel)
+    missing = [rel for rel in change if rel not in pr.modifications]
+    extra = [rel for rel in pr.modifications if rel not in change]
+    if missing or extra:
+        raise PatchkitError(f"export-pr: {data.path}: {patch.name}: expected a modifications line for each file the "
+                            f"commit touches, found {'none for ' + ', '.join(missing) if missing else 'lines for files it does not touch: ' + ', '.join(extra)}")
+    files = {prefix + rel: data_ for rel, data_ in change.items()}
+    listing = [(prefix + rel, pr.modifications[rel]) for rel in change]
+    test_command = ""
+    if pr.test_file is not None:
+        if read(pr.test_dest) is not None:
+            raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {pr.test_dest} already exists there")
+        files[pr.test_dest] = pr.test_file.read_bytes()
+        listing.append((pr.test_dest, "new unittest (CPU parts run without a GPU, GPU parts skip without CUDA)"))
+        test_command = f"python3 {pr.test_dest}"
+    message = commit_message(patch, pr)
+    body = pr_body(pr, template, listing, base_name, stack, test_command)
+    texts = {"PR body": body, "commit message": message}
+    if pr.test_file is not None:
+        texts[pr.test_dest] = pr.test_file.read_text(encoding="utf-8")
+    for what, text in texts.items():
+        hits = data.vocabulary_hits(text)
+        if hits:
+            raise PatchkitError(f"export-pr: {patch.name}: its {what} names this repository's own '{hits[0]}' "
+                                f"(forbidden by {data.path}); fix the upstream description")
+    return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack))
+
+
+def _github_repo(url: str) -> str:
+    m = re.match(r"https?://github\.com/([^/]+/[^/.]+)", url or "")
+    return m.group(1) if m else ""
 
 
 def run(engine, args) -> int:
     name, series, index = find_patch(engine, args.patch)
+    if args.series and (args.branch or args.body):
+        raise UsageError("export-pr --series names its branches and bodies itself: drop --branch/--body")
     up = engine.lock.upstream(name)
-    patch = series.patches[index]
-    prefix = up.repo_prefix or ""
     repo = Path(args.repo)
-    branch = args.branch or default_branch(patch.name)
-    overlay = patch.overlay
-    pristine = engine.pristine(name)
-    body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
-    if args.body and body_path.exists():   # the user's file: never overwritten (the default lives under build/)
-        raise PatchkitError(f"export-pr: --body {body_path}: expected a new file, found an existing one; "
+    check_checkout(repo, up)
+    who = identity(repo)
+    data = load_pr_data(series.patches[index].path.parent)
+    base_commit, base_name = resolve_base(repo, up, args.base)
+    template = template_at(repo, base_commit)
+    chain = chain_of(series, index) if args.series else [index]
+    patches = [series.patches[i] for i in chain]
+    for p in patches:
+        status_gate(p, args.force)
+    if args.body and Path(args.body).exists():   # the user's file: never overwritten (the default lives under build/)
+        raise PatchkitError(f"export-pr: --body {args.body}: expected a new file, found an existing one; "
                             "pass another path or remove it; nothing written")
-    head = check_checkout(repo, up, pristine, list(dict.fromkeys(patch.paths)) + overlay, prefix)
-    if checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}", check=False).returncode == 0:
-        raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
-    parent, ours_of = stack_base(repo, series, index, head, prefix)
-    change = standalone_change(series, index, pristine, ours_of)
-    for rel in overlay:
-        change[rel] = series.overlay_bytes(rel)
-    files = {prefix + rel: data for rel, data in change.items()}
-    # Depends-On: names a file of this series: the branch's parent says it upstream
-    message = "".join(l for l in commit_message(patch).splitlines(True) if not l.startswith("Depends-On: "))
-    commit = make_commit(repo, parent, files, message, author_env(patch.author, patch.date), branch)
-    kinds = [(prefix + rel, "deleted" if data is None else "new file" if not pristine.has(rel) else "modified")
-             for rel, data in change.items()]
-    base = f"{up.package} {up.tag or up.version} ({head[:12]})"
-    if parent != head:
-        base = f"branch {', '.join(default_branch(d) for d in patch.trailer('Depends-On'))} ({parent[:12]}) on {base}"
-    body_path.parent.mkdir(parents=True, exist_ok=True)
-    body = pr_body(patch, engine.repo, kinds, base)
-    body_path.write_text(body, encoding="utf-8")
-    # also git's own place for it, which `git format-patch --cover-from-description` and request-pull read
-    checkout_git(repo, "config", f"branch.{branch}.description", body)
-    print(f"export-pr: {repo}: branch {branch} = {commit[:12]} on {up.tag or head[:12] if parent == head else parent[:12]} "
-          f"({len(files)} file(s): {', '.join(files)})")
-    print(f"export-pr: PR body written to {body_path}")
+
+    # Where the first branch of the chain starts: the base, or (a lone patch with Depends-On) the branch
+    # of the last patch it needs, which must already exist and contain the base.
+    parent, parent_name, parent_pr = base_commit, base_name, None
+    deps = patches[0].trailer("Depends-On")
+    if deps:
+        order = [p.name for p in series.patches]
+        dep = series.patches[max(order.index(d) for d in deps)]
+        dep_branch = default_branch(dep)
+        tip = checkout_git(repo, "rev-parse", "-q", "--verify", f"refs/heads/{dep_branch}^{{commit}}", check=False).stdout.strip()
+        if not tip:
+            raise PatchkitError(f"export-pr: {patches[0].name} depends on {dep.name}: expected its branch {dep_branch} in "
+                                f"{repo}, found none; export {dep.name} first (or pass --series)")
+        for d in deps:
+            other = default_branch(series.patches[order.index(d)])
+            if checkout_git(repo, "merge-base", "--is-ancestor", other, tip, check=False).returncode != 0:
+                raise PatchkitError(f"export-pr: {patches[0].name}: expected {dep_branch} to contain {other}, found it does not")
+        if checkout_git(repo, "merge-base", "--is-ancestor", base_commit, tip, check=False).returncode != 0:
+            raise PatchkitError(f"export-pr: {patches[0].name}: expected {dep_branch} to be based on {base_name}, "
+                                f"found it is not; pass the base it was exported on (--base)")
+        dep_pr = data.patches.get(dep.name) if data else None
+        parent, parent_name, parent_pr = tip, dep_branch, (dep_branch, dep_pr.title if dep_pr else dep.subject)
+
+    planned, total = [], len(patches) if len(patches) > 1 else 0
+    for k, i in enumerate(chain, 1):
+        patch = series.patches[i]
+        branch = args.branch or default_branch(patch)
+        if branch_exists(repo, branch):
+            raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
+        stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
+        body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
+        planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template, stack,
+                                branch, body_path))
+        # the next patch of the stack builds on this one: plan it against this commit's tree
+        parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
+        parent_name, parent_pr = branch, (branch, planned[-1].title)
+
+    # Every check passed: now the visible writes, branches first, then the bodies.
+    made = []
+    try:
+        for pl in planned:
+            checkout_git(repo, "branch", pl.branch, pl.commit)
+            made.append(pl.branch)
+            checkout_git(repo, "config", f"branch.{pl.branch}.description", pl.body)
+    except PatchkitError:
+        for b in made:
+            checkout_git(repo, "branch", "-D", b, check=False)
+        raise
+    gh_repo = _github_repo(up.repo)
+    gh_base = base_name if branch_exists(repo, base_name) else "BRANCH"
+    if gh_base == "BRANCH":
+        print(f"(the base {base_name} is not a branch: replace BRANCH with the upstream branch the PR targets)")
+    for pl in planned:
+        pl.body_path.parent.mkdir(parents=True, exist_ok=True)
+        pl.body_path.write_text(pl.body, encoding="utf-8")
+        print(f"export-pr: {repo}: branch {pl.branch} = {pl.commit[:12]} on {base_name} ({len(pl.files)} file(s): {', '.join(pl.files)}), "
+              f"author {who}")
+        print(f"export-pr: PR body written to {pl.body_path}")
+    print("to publish (push to your fork's remote, then open the PRs):")
+    for pl in planned:
+        print(f"  git -C {shlex.quote(str(repo))} push -u origin {pl.branch}")
+    for pl in planned:
+        print(f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {pl.branch} "
+              f"--title {shlex.quote(pl.title)} --body-file {shlex.quote(str(pl.body_path))}")
     return 0
