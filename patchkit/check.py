@@ -2,14 +2,15 @@
 
 Errors (the check fails): a hunk that applies only at an offset, a header that lacks a required trailer,
 a patch that does not round-trip byte for byte, a Reached-If / Unreached-If or Depends-On trailer that
-does not parse or names no earlier patch, an overlay file no patch claims. Warnings: a patch whose own
+does not parse or names no earlier patch, an overlay file no patch claims, a series or overlay file that
+changed without a new patch-set version and its CHANGELOG entry (patchset.py). Warnings: a patch whose own
 trailers say it is not reached on the pin (a rebase may keep such a patch knowingly; check shows it).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import PatchkitError
+from . import PatchkitError, patchset
 from .chain import Chain
 from .conditions import conditions_of, unreached_reasons
 from .patchfile import PatchFile
@@ -24,6 +25,7 @@ class Finding:
     item: str                     # a patch file name, or overlay/<path> for an unclaimed overlay file
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    ok_detail: str = "exact, round-trips"
 
     @property
     def verdict(self) -> str:
@@ -31,7 +33,7 @@ class Finding:
 
     @property
     def detail(self) -> str:
-        return "; ".join(self.errors + self.warnings) or "exact, round-trips"
+        return "; ".join(self.errors + self.warnings) or self.ok_detail
 
 
 def check_repository(engine, log=print) -> list[Finding]:
@@ -56,6 +58,9 @@ def check_repository(engine, log=print) -> list[Finding]:
             findings.append(found)
         for rel in series.unclaimed:
             findings.append(Finding(name, f"overlay/{rel}", [f"no patch claims it (add 'Overlay: {rel}' to one)"]))
+    ident = patchset.identify(engine)
+    findings.append(Finding("patch set", f"{ident.line} {ident.version or 'unversioned'}", patchset.problems(engine, ident),
+                            ok_detail=f"{patchset.CHANGELOG} records series digest {ident.digest[:16]}"))
     return findings
 
 

@@ -19,7 +19,8 @@ except ModuleNotFoundError:  # Python 3.10
 _REQUIRED = ("package", "version", "artifact", "sha256", "root")
 # The schema: every table and key pin.lock may hold; anything else (a misspelt table drops an upstream's
 # patches without a word) is an error.
-_TABLES = ("upstream", "runtime")
+_TABLES = ("upstream", "runtime", "patchset")
+_LINE_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]*")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,13 @@ class Lock:
     path: Path
     upstreams: dict[str, Upstream]
     runtime: dict[str, str] = field(default_factory=dict)
+    # [patchset."LINE"] version = "...": the patch set's own version per release line (patchset.py)
+    patchsets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def line(self) -> str:
+        """The release line this lock pins: the version of its first [upstream.NAME] table."""
+        return next(iter(self.upstreams.values())).version
 
     def upstream(self, name: str) -> Upstream:
         try:
@@ -99,7 +107,7 @@ def load_lock(path: Path) -> Lock:
                             "configuration now (pip.conf index-url / find-links, PIP_INDEX_URL, PIP_FIND_LINKS)")
     for table in data:
         if table not in _TABLES:
-            raise PatchkitError(f"{path}: unknown table [{table}] (expected [upstream.NAME] or [runtime])")
+            raise PatchkitError(f"{path}: unknown table [{table}] (expected [upstream.NAME], [runtime] or [patchset.LINE])")
     tables = data.get("upstream", {})
     if not isinstance(tables, dict):
         raise PatchkitError(f"{path}: expected [upstream.NAME] tables, found upstream = {_type(tables)}")
@@ -110,4 +118,21 @@ def load_lock(path: Path) -> Lock:
         path=path,
         upstreams=upstreams,
         runtime=_strings(path, "runtime", data.get("runtime", {}), None),
+        patchsets=_patchsets(path, data.get("patchset", {})),
     )
+
+
+def _patchsets(path: Path, tables) -> dict[str, str]:
+    """[patchset."LINE"] tables: line -> the patch set's version on that line."""
+    if not isinstance(tables, dict):
+        raise PatchkitError(f"{path}: expected [patchset.\"LINE\"] tables, found patchset = {_type(tables)}")
+    out = {}
+    for line, entry in tables.items():
+        if not _LINE_RE.fullmatch(line):
+            raise PatchkitError(f"{path}: [patchset.{line!r}]: expected a release line such as \"1.2.3\", found {line!r}")
+        entry = _strings(path, f'patchset."{line}"', entry, ("version",))
+        if not _LINE_RE.fullmatch(entry.get("version", "")):
+            raise PatchkitError(f'{path}: [patchset."{line}"] version: expected a version such as "0.1.0", '
+                                f"found {entry.get('version', 'none')!r}")
+        out[line] = entry["version"]
+    return out

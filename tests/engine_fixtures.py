@@ -10,11 +10,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def copy_repo_data(dest: Path) -> Path:
-    """pin.lock, patches/, overlay/ and the CLI of this repo (apply.py, patchkit/, serving/ for its doctor
+    """pin.lock, CHANGELOG.md, patches/, overlay/ and the CLI of this repo (apply.py, patchkit/, serving/ for its doctor
     subcommand), so a test can damage them freely."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(REPO / "pin.lock", dest / "pin.lock")
     shutil.copy2(REPO / "apply.py", dest / "apply.py")
+    shutil.copy2(REPO / "CHANGELOG.md", dest / "CHANGELOG.md")
     for sub in ("patchkit", "serving", "patches", "overlay"):
         if (REPO / sub).exists():
             shutil.copytree(REPO / sub, dest / sub, ignore=shutil.ignore_patterns("__pycache__"))
