@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError, UsageError
+from . import PatchkitError, UsageError, attestation, patchset
 from .check import check_repository
 from .engine import Engine
 from .lock import repo_lock
@@ -44,9 +44,22 @@ def cmd_revert(engine, args) -> int:
 
 
 def cmd_status(engine, args) -> int:
-    state = engine.status(_target(engine, args, prepare=False))
+    target = _target(engine, args, prepare=False)
+    state = engine.status(target)
     print(format_state(state))
+    ident = engine.patch_set()
+    print(f"patch set: {ident.label}")
+    print(attestation.describe(target, ident))
     return 0 if state.summary in (APPLIED, PRISTINE) else 1
+
+
+def print_version(engine) -> int:
+    ident = engine.patch_set()
+    print(f"patch set: line {ident.line}, version {ident.version or 'unversioned'}, series digest {ident.digest} "
+          f"({engine.repo})")
+    for problem in patchset.problems(engine, ident):
+        print(f"  not a released version: {problem}")
+    return 0
 
 
 def cmd_check(engine, args) -> int:
@@ -91,7 +104,11 @@ def cmd_export(engine, args) -> int:
 
 def build_parser(extensions=()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Apply, check and revert the patch set on a pinned upstream.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="store_true",
+                        help="print the patch set's release line, version and series digest, then exit")
+    parser.add_argument("--repo", metavar="DIR", dest="data_repo", help="the repository holding pin.lock, patches/ and overlay/ "
+                        "(default: the checkout this runs from, else the series an installed package ships)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name, func, help_text, target=True, dry=False):
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -119,15 +136,34 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     return parser
 
 
-def main(repo: Path, argv=None, extensions=()) -> int:
-    """Run one command on the repository `repo`; `extensions` add the caller's own subcommands."""
+def _engine(args, repo: Path | None, shipped: Path | None) -> Engine:
+    """--repo DIR, else the checkout the caller found, else the data an installed package ships (read-only)."""
+    if args.data_repo:     # (export-pr's own --repo, after the command, is the upstream checkout)
+        if not (Path(args.data_repo) / "pin.lock").is_file():
+            raise UsageError(f"--repo {args.data_repo}: expected a directory holding pin.lock, found none")
+        return Engine.from_repo(Path(args.data_repo))
+    if repo is not None:
+        return Engine.from_repo(repo)
+    if shipped is not None:
+        return Engine.from_repo(shipped, read_only=True)
+    raise PatchkitError(f"expected a checkout (pin.lock in {Path.cwd()} or a parent) or --repo DIR, found neither")
+
+
+def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = None) -> int:
+    """Run one command on the repository `repo` (a checkout, None if none was found), else `shipped` (an
+    installed package's own pin.lock, patches/ and overlay/, read-only); `extensions` add the caller's own
+    subcommands."""
     parser = build_parser(extensions)
     args = parser.parse_args(argv)
+    if not args.version and args.command is None:
+        parser.error("expected a COMMAND (or --version), found none")
     try:
-        engine = Engine.from_repo(repo)
+        engine = _engine(args, repo, shipped)
+        if args.version:
+            return print_version(engine)
         return args.func(engine, args)
     except UsageError as exc:
-        print(f"error: {exc} (usage: {parser.prog} {args.command} --help)", file=sys.stderr)
+        print(f"error: {exc} (usage: {' '.join(filter(None, (parser.prog, args.command)))} --help)", file=sys.stderr)
         return 2
     except PatchkitError as exc:
         print(f"error: {exc}", file=sys.stderr)

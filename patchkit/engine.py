@@ -10,7 +10,7 @@ import shutil
 from contextlib import nullcontext
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, attestation, patchset
 from .chain import Chain, build_chain
 from .fetch import fetch
 from .lockfile import Lock, Upstream, load_lock
@@ -30,18 +30,28 @@ def _quiet(*_args, **_kw):
 
 
 class Engine:
-    def __init__(self, lock: Lock, patches_root: Path, overlay_root: Path, build_root: Path):
+    def __init__(self, lock: Lock, patches_root: Path, overlay_root: Path, build_root: Path | None):
         self.lock = lock
         self.patches_root = Path(patches_root)
         self.overlay_root = Path(overlay_root)
-        self.build_root = Path(build_root)
+        self._build_root = Path(build_root) if build_root is not None else None
         self._chains: dict[str, Chain] = {}
         self._pristine: dict[str, Pristine] = {}
 
     @classmethod
-    def from_repo(cls, repo: Path) -> "Engine":
+    def from_repo(cls, repo: Path, read_only: bool = False) -> "Engine":
+        """`read_only`: the data an installed package ships: read, never written, and no build/ beside it."""
         repo = Path(repo)
-        return cls(load_lock(repo / "pin.lock"), repo / "patches", repo / "overlay", repo / "build")
+        return cls(load_lock(repo / "pin.lock"), repo / "patches", repo / "overlay", None if read_only else repo / "build")
+
+    @property
+    def build_root(self) -> Path:
+        """build/ of the repository: the default target, worktrees, rebase state, the repository lock."""
+        if self._build_root is None:
+            raise PatchkitError(f"{self.repo}: expected a checkout (a build/ directory beside pin.lock), found the "
+                                "read-only series an installed package ships: pass --target DIR, or --repo DIR "
+                                "for a checkout")
+        return self._build_root
 
     @property
     def repo(self) -> Path:
@@ -172,6 +182,8 @@ class Engine:
             if before.temp_files and not dry_run:
                 self._remove_leftovers(target.path, before.temp_files, log)
             if not changes:
+                if not dry_run and target.writable():
+                    self._attest(target.path, before, to_final, log)
                 if before.journal is not None and not dry_run:
                     journal_path(target.path).unlink()
                     log(f"{op}: finished the interrupted '{before.journal.get('op')}' (nothing left to write)")
@@ -187,9 +199,25 @@ class Engine:
             commit(target.path, op, changes)
             record_written(target.path, [c for c in changes if c.after is not None] if to_final else [],
                            replace=not to_final)
+            self._attest(target.path, before, to_final, log)
             for c in changes:
                 target.wrote(c.path, c.after)
             return dataclasses.replace(self._inspect(target), before=before)
+
+    def _attest(self, target: Path, state: TargetState, applied: bool, log) -> None:
+        """Right after the transaction: an applied tree says which patch set it carries, a reverted one nothing."""
+        if not applied:
+            if attestation.remove(target):
+                log(f"removed {attestation.MANIFEST}")
+            return
+        releases = [self.lock.upstream(u.name).label for u in state.upstreams if u.present]
+        ident = self.patch_set()
+        if attestation.write(target, attestation.record(ident, releases)):
+            log(f"wrote {attestation.MANIFEST}: {ident.label}")
+
+    def patch_set(self) -> patchset.PatchSetId:
+        """Which patch set this repository holds (release line, version, series digest)."""
+        return patchset.identify(self)
 
     @staticmethod
     def _remove_leftovers(target: Path, leftovers: list[str], log) -> None:
