@@ -55,6 +55,9 @@ EXPECTED = [
     Expect("P5 FP4 JIT", "flashinfer", "flashinfer/quantization/fp4_quantization.py", "", "offset", False),
     # P6: cpp_ext.py is byte-identical in 0.6.15.post1.
     Expect("P6 CUDA version", "flashinfer", "flashinfer/jit/cpp_ext.py", "", "clean", False),
+    # the downstream attestation patch (sglang 0006, not in PATCH_MAP: never sent upstream): its new function sits
+    # before _set_envs_and_config, which 0.5.17 moved; git merges it 3-way.
+    Expect("attestation log line", "sglang", "sglang/srt/entrypoints/engine.py", r"patch set", "offset", False),
 ]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_fixtures import snapshot
+from tests.patchset_fixtures import release
 from patchkit.conditions import conditions_of, unreached_reasons
 from patchkit.engine import Engine
 from patchkit.patchfile import parse_patch
@@ -224,6 +225,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
         engine.pristine(name).unpack(site, root=up.root)
     state = engine.apply(site, log=lambda *a: None)
     assert state.summary == APPLIED
+    release(repo, "0.1.0")      # a rebased series is a new release line: it gets its own version
     check = cli(repo, "check")
     assert check.returncode == 0, check.stdout + check.stderr
 

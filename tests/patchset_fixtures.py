@@ -1,0 +1,32 @@
+"""Release a new patch-set version in a scratch repository, the way a maintainer does by hand: the version in
+pin.lock's [patchset."LINE"] table and a CHANGELOG.md entry recording the series digest the files have now."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from patchkit.engine import Engine
+
+
+def release(repo: Path, version: str, note: str = "a test release") -> str:
+    """Bump the current line of `repo` to `version`; returns the series digest recorded."""
+    engine = Engine.from_repo(repo)
+    ident = engine.patch_set()
+    lock = Path(repo) / "pin.lock"
+    text = lock.read_text()
+    table = f'[patchset."{ident.line}"]'
+    if table in text:
+        text = re.sub(rf'(\[patchset\."{re.escape(ident.line)}"\]\nversion = )"[^"]*"', rf'\g<1>"{version}"', text)
+    else:
+        text += f'\n{table}\nversion = "{version}"\n'
+    lock.write_text(text)
+    changelog = Path(repo) / "CHANGELOG.md"
+    old = changelog.read_text() if changelog.is_file() else "# Changelog\n"
+    heading = f"## {ident.line} line\n"
+    entry = f"\n### {version} (test)\n\nSeries-Digest: {ident.digest}\n\n- {note}\n"
+    if heading in old:
+        new = old.replace(heading, heading + entry, 1)
+    else:
+        new = old.rstrip("\n") + f"\n\n{heading}{entry}"
+    changelog.write_text(new)
+    return ident.digest
