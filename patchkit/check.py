@@ -59,8 +59,13 @@ def check_repository(engine, log=print) -> list[Finding]:
         for rel in series.unclaimed:
             findings.append(Finding(name, f"overlay/{rel}", [f"no patch claims it (add 'Overlay: {rel}' to one)"]))
     ident = patchset.identify(engine)
-    findings.append(Finding("patch set", f"{ident.line} {ident.version or 'unversioned'}", patchset.problems(engine, ident),
-                            ok_detail=f"{patchset.CHANGELOG} records series digest {ident.digest[:16]}"))
+    row = Finding("patch set", f"{ident.line} {ident.version or 'unversioned'}",
+                  ok_detail=f"{patchset.CHANGELOG} records series digest {ident.digest[:16]}")
+    if engine.lock.patchsets:      # once a repository versions a line, every change of a line must be versioned
+        row.errors += patchset.problems(engine, ident)
+    else:
+        row.warnings.append(f"unversioned: {engine.lock.path.name} has no [patchset] table")
+    findings.append(row)
     return findings
 
 
