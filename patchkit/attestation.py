@@ -33,21 +33,26 @@ def _encode(data: dict) -> bytes:
     return (json.dumps(data, indent=1) + "\n").encode()
 
 
+def refuse_if_foreign(target: Path) -> bytes | None:
+    """The manifest's bytes, None if absent; a link, directory or another user's file at its name is refused
+    (apply and revert call this before their first write, so nothing is written)."""
+    return fsio.read_owned(path_in(target), "an attestation manifest", limit=1 << 20)
+
+
 def write(target: Path, data: dict) -> bool:
-    """Write the manifest unless it already holds `data`; True when it wrote."""
-    path = path_in(target)
-    if read(target) == data:
+    """Write the manifest unless it already holds `data` (a malformed one of ours is replaced); True if it wrote."""
+    new = _encode(data)
+    if refuse_if_foreign(target) == new:
         return False
-    fsio.atomic_write(path, _encode(data))
+    fsio.atomic_write(path_in(target), new)
     return True
 
 
 def remove(target: Path) -> bool:
-    path = path_in(target)
-    if fsio.kind_of(path) is None:
+    """Remove the manifest (malformed or not); True if there was one."""
+    if refuse_if_foreign(target) is None:
         return False
-    read(target)            # refuses a link or directory at our name: never remove what we did not write
-    path.unlink()
+    path_in(target).unlink()
     return True
 
 

@@ -179,6 +179,7 @@ class Engine:
             before = self._inspect(target, log)
             self._refuse_if_unusable(before, target.path)
             changes = self._changes(before, target, to_final)
+            attestation.refuse_if_foreign(target.path)
             if before.temp_files and not dry_run:
                 self._remove_leftovers(target.path, before.temp_files, log)
             if not changes:

@@ -118,11 +118,14 @@ def patch_status(target: Path, engine=None) -> tuple[str, list[str]]:
     if engine is None:
         from patchkit.engine import Engine
         engine = Engine.from_repo(REPO)
+    from patchkit import attestation
+
     state = engine.status(target)
     lines = []
     for up in state.upstreams:
         lines.append(f"{up.name}: {up.summary}")
         lines += [f"  {p.state:9} {p.name}" for p in up.patches]
+    lines.append(attestation.describe(target, engine.patch_set()))   # which patch set the tree says it carries
     return state.summary, lines
 
 
@@ -221,7 +224,7 @@ def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.
     """The gate for one tree of an installed bundle, run by `python` (this machine's torch/triton).
     Prints the first blocking reason as 'doctor: ...' and returns 1, or the notes and returns 0."""
     from patchkit.lockfile import load_lock
-    from serving import bundle
+    from . import bundle
 
     try:
         entries = bundle.tree_pythonpath(Path(site_root), tree)
