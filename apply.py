@@ -1,28 +1,37 @@
 #!/usr/bin/env python3
-"""Apply, check, report and revert this repository's patch set on its pinned upstream (see README.md)."""
+"""Apply, check, report and revert this repository's patch set on its pinned upstream (see README.md).
+
+Run from a checkout (`python apply.py`), it works on that checkout. Installed (`pip install .`: the `patchkit`
+command, this file as dsv4_sm120_overlay.apply beside the pin.lock, patches/ and overlay/ shipped with it), it
+works on the checkout it is run from, else `--repo DIR`, else the shipped series (read-only).
+"""
 import sys
 from pathlib import Path
 
-import serving.doctor
+if __package__:     # installed: dsv4_sm120_overlay.apply
+    from .serving import doctor
+else:               # a checkout: python apply.py, or `import apply` with the checkout on sys.path
+    from serving import doctor
 from patchkit.cli import main as patchkit_main
 
+HERE = Path(__file__).resolve().parent
+# A wheel ships pin.lock, patches/ and overlay/ beside this file but never pyproject.toml: without it, HERE is
+# an installed package's read-only data (with it, a checkout, also when installed editable).
+INSTALLED = not (HERE / "pyproject.toml").is_file()
 
-def find_repo() -> Path | None:
-    """The checkout holding pin.lock: this script's directory, else the current directory or a parent."""
-    here = Path(__file__).resolve().parent
-    if (here / "pin.lock").is_file():
-        return here
-    cwd = Path.cwd()
-    return next((d for d in (cwd, *cwd.parents) if (d / "pin.lock").is_file()), None)
+
+def find_checkout() -> Path | None:
+    """The checkout holding pin.lock: this script's own directory (in a checkout), else the current directory
+    or a parent. The installed package's own directory is never taken for a checkout: it is read-only data."""
+    if not INSTALLED and (HERE / "pin.lock").is_file():
+        return HERE
+    cwd = Path.cwd().resolve()
+    return next((d for d in (cwd, *cwd.parents) if (d / "pin.lock").is_file() and d != HERE), None)
 
 
 def main() -> int:
-    repo = find_repo()
-    if repo is None:
-        print(f"error: expected a pin.lock beside {Path(__file__).name} or in {Path.cwd()} or a parent, found none",
-              file=sys.stderr)
-        return 1
-    return patchkit_main(repo, sys.argv[1:], extensions=[serving.doctor.add_parser])
+    shipped = HERE if INSTALLED and (HERE / "pin.lock").is_file() else None
+    return patchkit_main(find_checkout(), sys.argv[1:], extensions=[doctor.add_parser], shipped=shipped)
 
 
 if __name__ == "__main__":

@@ -47,8 +47,8 @@ from pathlib import Path
 from patchkit import PatchkitError
 from patchkit.lockfile import load_lock
 from patchkit.names import canonical_name
-from serving import bundle_slim
-from serving.bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
+from . import bundle_slim
+from .bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
                                      write_manifest, write_payload)
 
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("site_root", type=Path)
     e.add_argument("tree", choices=TREES)
     p = sub.add_parser("prebuild-jit", help="compile sglang's jit_kernel modules into a tvm-ffi cache (needs nvcc)")
-    from serving import bundle_jit
+    from . import bundle_jit
     bundle_jit.add_arguments(p)
     args = parser.parse_args(argv)
     try:

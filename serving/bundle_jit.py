@@ -114,7 +114,7 @@ def _patch_touches_jit_kernel() -> list[str]:
 def prepare(python: Path) -> tuple[Path, Path]:
     """(sglang tree, deps dir) for the compiling process."""
     from patchkit.engine import Engine
-    from serving.bundle import REQUIREMENTS, read_requirements
+    from .bundle import REQUIREMENTS, read_requirements
     tree = WORK / "tree"
     if not (tree / "sglang" / "jit_kernel").is_dir():
         say(f"unpacking the pinned sglang wheel into {tree}")

@@ -87,7 +87,7 @@ def install_serving(venv: Path) -> int:
         say(f"error: {exc}")
         return 1
     say("checking the machine (python apply.py doctor):")
-    from serving import doctor
+    from . import doctor
     rc = doctor.run_doctor(argparse.Namespace(venv=venv, target=site, gate=False))
     if rc:
         say(f"installed and patched in {venv}; serving is not possible on this machine yet (see the verdict above)")

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving import tiny_model
+from . import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
@@ -140,7 +140,7 @@ def build(
 
 def bundle_env(site_root: Path, tree: str, environ=os.environ) -> dict[str, str]:
     """Environment of a server run from an installed bundle: the tree, the hooks, the box switches."""
-    from serving import bundle
+    from . import bundle
 
     if tree not in TREES:
         raise ValueError(f"tree: expected one of {', '.join(TREES)}, found {tree!r}")
@@ -234,7 +234,7 @@ def bundle_gate(args: argparse.Namespace, log=print) -> tuple[int, Path | None]:
     (0, site_root) to go on; (1, None) after printing one line saying why not."""
     if not args.bundle:
         return 0, None
-    from serving import doctor
+    from . import doctor
     try:
         site = prepare_bundle(args.bundle, log=log)
     except (OSError, RuntimeError) as exc:

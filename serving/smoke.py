@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving import serve_cmd
+from . import serve_cmd
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOG = REPO / "build" / "smoke-server.log"
