@@ -15,9 +15,10 @@ else:               # a checkout: python apply.py, or `import apply` with the ch
 from patchkit.cli import main as patchkit_main
 
 HERE = Path(__file__).resolve().parent
-# A wheel ships pin.lock, patches/ and overlay/ beside this file but never pyproject.toml: without it, HERE is
-# an installed package's read-only data (with it, a checkout, also when installed editable).
-INSTALLED = not (HERE / "pyproject.toml").is_file()
+# Imported as dsv4_sm120_overlay.apply, HERE is an installed package's read-only data (pin.lock, patches/ and
+# overlay/ beside this file) unless it holds pyproject.toml, which a wheel never ships: an editable install's
+# checkout. Run as a script (python apply.py), HERE is always the checkout.
+INSTALLED = bool(__package__) and not (HERE / "pyproject.toml").is_file()
 
 
 def find_checkout() -> Path | None:

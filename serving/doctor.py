@@ -24,7 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # make install's venv in a checkout; installed (pip install . into the sglang environment), that environment
-DEFAULT_VENV = REPO / ".venv-sglang" if (REPO / "pyproject.toml").is_file() else Path(sys.prefix)
+_INSTALLED = __package__ != "serving" and not (REPO / "pyproject.toml").is_file()
+DEFAULT_VENV = Path(sys.prefix) if _INSTALLED else REPO / ".venv-sglang"
 MIN_SM120_CUDA = (12, 8)   # sglang's is_sm120_supported(): capability major 12 and CUDA >= 12.8
 
 # Runs inside the sglang environment's interpreter: what is installed there and what torch sees.
