@@ -46,10 +46,10 @@ def cmd_revert(engine, args) -> int:
 def cmd_status(engine, args) -> int:
     target = _target(engine, args, prepare=False)
     state = engine.status(target)
-    print(format_state(state))
     ident = engine.patch_set()
-    print(f"patch set: {ident.label}")
+    print(f"patch set: {ident.label}")          # first: the summary stays the last line
     print(attestation.describe(target, ident))
+    print(format_state(state))
     return 0 if state.summary in (APPLIED, PRISTINE) else 1
 
 
