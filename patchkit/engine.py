@@ -179,7 +179,8 @@ class Engine:
             before = self._inspect(target, log)
             self._refuse_if_unusable(before, target.path)
             changes = self._changes(before, target, to_final)
-            attestation.refuse_if_foreign(target.path)
+            if not dry_run and (changes or target.writable()):
+                attestation.refuse_if_foreign(target.path)    # before the first write: a link there stops us
             if before.temp_files and not dry_run:
                 self._remove_leftovers(target.path, before.temp_files, log)
             if not changes:
