@@ -18,6 +18,7 @@ from patchkit import PatchkitError, attestation
 from patchkit.engine import Engine
 from patchkit.hashing import sha256_file
 from patchkit.patchfile import parse_patch
+from patchkit.pr.export import status_gate
 from patchkit.series import read_series_file
 from serving import doctor
 from tests.engine_fixtures import REPO, copy_repo_data, snapshot
@@ -115,6 +116,9 @@ def test_the_attestation_patch_is_last_downstream_only_and_touches_no_other_patc
     patch = attestation_patch()
     # export-pr must never send it upstream: it is marked Inappropriate (patchkit/pr refuses those)
     assert patch.trailer("Upstream-Status") == ["Inappropriate [downstream attestation]"]
+    for force in (False, True):
+        with pytest.raises(PatchkitError, match="not meant for upstream, never exported"):
+            status_gate(patch, force)
     assert patch.paths == [ENGINE_PY]
     others = {p for n in read_series_file(REPO / "patches" / "sglang")[:-1]
               for p in parse_patch(REPO / "patches" / "sglang" / n).paths}
