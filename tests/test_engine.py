@@ -282,10 +282,15 @@ def test_check_catches_a_patch_that_does_not_round_trip(repo_copy):
 def test_worktree_then_export_reproduces_the_series(repo_copy):
     for series in sorted((repo_copy / "patches").glob("*/series")):
         name = series.parent.name
-        before = {p.name: p.read_bytes() for p in series.parent.iterdir()}
+        # every file under the series directory (patches, series, and the export-pr data beside them)
+        def files():
+            return {p.relative_to(series.parent).as_posix(): p.read_bytes()
+                    for p in series.parent.rglob("*") if p.is_file()}
+
+        before = files()
         assert run_cli(repo_copy, "worktree", name, "--dir", str(repo_copy / "wt" / name)).returncode == 0
         assert run_cli(repo_copy, "export", name, "--dir", str(repo_copy / "wt" / name)).returncode == 0
-        assert {p.name: p.read_bytes() for p in series.parent.iterdir()} == before
+        assert files() == before
 
 
 def test_pinned_artifact_with_wrong_sha256_is_a_hard_error(tmp_path, monkeypatch):
