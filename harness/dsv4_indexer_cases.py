@@ -22,13 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.upstream import load_module, top_level_defs
+from harness.upstream import import_from_tree, load_module, top_level_defs
 
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
 MHC_PRE_TRITON = "sglang/srt/layers/mhc_pre_triton.py"
-ENVIRON = "sglang/srt/environ.py"
+ENVIRON = "sglang.srt.environ"
 
 PAGE, HEAD_DIM, N_HEADS = 64, 128, 64
 PAGE_BYTES = PAGE * (HEAD_DIM + 4)
@@ -58,7 +58,7 @@ def _with_local_helpers(defs: dict[str, ast.stmt], name: str) -> list[ast.stmt]:
 
 def tree_envs(root: Path):
     """The tree's own `sglang.srt.environ.envs` registry (the patches register their switches there)."""
-    return load_module(Path(root) / ENVIRON).envs
+    return import_from_tree(root, ENVIRON).envs
 
 
 def indexer_function(root: Path, name: str = "fp8_paged_mqa_logits_torch_sm120"):
