@@ -15,7 +15,6 @@ lines are changed only through its worktree (python apply.py worktree / export).
 Exit 0: nothing found. 1: findings (one line each, a formatter's change shown as a diff), or a tool that
 failed. 2: usage (no tools in DIR: `make check` installs them in .venv-lint).
 """
-
 from __future__ import annotations
 
 import argparse
@@ -35,12 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 SETTINGS = Path(__file__).with_name("settings.toml")
 FORMATTERS = ("isort", "ruff-format")
-TOOL_EXE = {
-    "isort": "isort",
-    "ruff-format": "ruff",
-    "ruff-check": "ruff",
-    "codespell": "codespell",
-}
+TOOL_EXE = {"isort": "isort", "ruff-format": "ruff", "ruff-check": "ruff", "codespell": "codespell"}
 
 
 @dataclass
@@ -50,12 +44,8 @@ class Source:
     upstream: str
     path: str
     text: str
-    lines: (
-        set[int] | None
-    )  # 1-based line numbers the set adds; None = the whole file is ours
-    origin: Path | None = (
-        None  # the file in the checkout, for a whole file (what --fix rewrites)
-    )
+    lines: set[int] | None  # 1-based line numbers the set adds; None = the whole file is ours
+    origin: Path | None = None  # the file in the checkout, for a whole file (what --fix rewrites)
 
     def reports(self, first: int, last: int) -> bool:
         if self.lines is None:
@@ -65,9 +55,7 @@ class Source:
 
 def added_lines(pristine: str, final: str) -> set[int]:
     """1-based numbers of the lines of `final` that are not carried over from `pristine`."""
-    matcher = difflib.SequenceMatcher(
-        None, pristine.splitlines(), final.splitlines(), autojunk=False
-    )
+    matcher = difflib.SequenceMatcher(None, pristine.splitlines(), final.splitlines(), autojunk=False)
     added = set()
     for op, _, _, j1, j2 in matcher.get_opcodes():
         if op in ("insert", "replace"):
@@ -89,9 +77,7 @@ def sources(repo: Path) -> list[Source]:
                 continue
             final = fc.final.decode()
             if fc.pristine is None:
-                found.append(
-                    Source(name, path, final, None, engine.overlay_root / path)
-                )
+                found.append(Source(name, path, final, None, engine.overlay_root / path))
             elif lines := added_lines(fc.pristine.decode(), final):
                 found.append(Source(name, path, final, lines))
         for f in sorted((engine.patches_root / name).rglob("*.py")):
@@ -105,44 +91,27 @@ def fix(repo: Path, tools: Path, settings: dict) -> list[str]:
     for upstream, group in _by_upstream(sources(repo)).items():
         conf = settings.get(upstream, {})
         files = [src.origin for src in group if src.origin is not None]
+        if not files:  # a formatter given no path formats the working directory
+            continue
         before = {f: f.read_bytes() for f in files}
         for check in conf.get("checks", []):
             if check == "isort":
-                run_tool(
-                    tools / "isort",
-                    [*conf.get(check, []), "--quiet", *map(str, files)],
-                    ok=(0,),
-                )
+                run_tool(tools / "isort", [*conf.get(check, []), "--quiet", *map(str, files)], ok=(0,))
             elif check == "ruff-format":
-                run_tool(
-                    tools / "ruff",
-                    [
-                        "format",
-                        "--isolated",
-                        "--no-cache",
-                        *conf.get(check, []),
-                        *map(str, files),
-                    ],
-                    ok=(0,),
-                )
-        changed += [
-            str(f.relative_to(repo)) for f in files if f.read_bytes() != before[f]
-        ]
+                run_tool(tools / "ruff", ["format", "--isolated", "--no-cache", *conf.get(check, []),
+                                          *map(str, files)], ok=(0,))
+        changed += [str(f.relative_to(repo)) for f in files if f.read_bytes() != before[f]]
     return changed
 
 
 def run_tool(exe: Path, args: list[str], ok: tuple[int, ...]) -> str:
     proc = subprocess.run([str(exe), *args], capture_output=True, text=True)
     if proc.returncode not in ok:
-        raise RuntimeError(
-            f"{exe.name} {' '.join(args[:3])} ...: exit {proc.returncode}: {proc.stderr.strip()[-500:]}"
-        )
+        raise RuntimeError(f"{exe.name} {' '.join(args[:3])} ...: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
     return proc.stdout
 
 
-def formatter_findings(
-    check: str, exe: Path, settings: list[str], files: dict[Path, Source], root: Path
-) -> list[str]:
+def formatter_findings(check: str, exe: Path, settings: list[str], files: dict[Path, Source], root: Path) -> list[str]:
     """Run the formatter in place on a copy; every changed range that touches reported lines is a finding."""
     copy = root.parent / f"{root.name}-{check}"
     shutil.copytree(root, copy)
@@ -150,9 +119,7 @@ def formatter_findings(
     if check == "isort":
         run_tool(exe, [*settings, "--quiet", *targets], ok=(0,))
     else:
-        run_tool(
-            exe, ["format", "--isolated", "--no-cache", *settings, *targets], ok=(0,)
-        )
+        run_tool(exe, ["format", "--isolated", "--no-cache", *settings, *targets], ok=(0,))
     findings = []
     for path, src in files.items():
         before = src.text.splitlines()
@@ -161,48 +128,24 @@ def formatter_findings(
         for op, i1, i2, j1, j2 in matcher.get_opcodes():
             if op == "equal":
                 continue
-            first, last = (
-                i1 + 1,
-                max(i1 + 1, i2),
-            )  # an insertion counts at the line it goes before
+            first, last = i1 + 1, max(i1 + 1, i2)  # an insertion counts at the line it goes before
             if src.reports(first, last):
-                diff = [f"    -{line}" for line in before[i1:i2]] + [
-                    f"    +{line}" for line in after[j1:j2]
-                ]
-                findings.append(
-                    f"{src.path}:{first}: {check} would change lines {first}-{last}:\n"
-                    + "\n".join(diff)
-                )
+                diff = [f"    -{line}" for line in before[i1:i2]] + [f"    +{line}" for line in after[j1:j2]]
+                findings.append(f"{src.path}:{first}: {check} would change lines {first}-{last}:\n" + "\n".join(diff))
     return findings
 
 
 LINE_FINDING = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?:\d+:)? ?(?P<what>.*)$")
 
 
-def line_findings(
-    check: str, exe: Path, settings: list[str], files: dict[Path, Source], root: Path
-) -> list[str]:
+def line_findings(check: str, exe: Path, settings: list[str], files: dict[Path, Source], root: Path) -> list[str]:
     """ruff check / codespell print `path:line[:col]: message`; keep those on reported lines."""
     targets = [str(p) for p in files]
     if check == "ruff-check":
-        out = run_tool(
-            exe,
-            [
-                "check",
-                "--isolated",
-                "--no-cache",
-                "--no-fix",
-                "--output-format",
-                "concise",
-                *settings,
-                *targets,
-            ],
-            ok=(0, 1),
-        )
+        out = run_tool(exe, ["check", "--isolated", "--no-cache", "--no-fix", "--output-format", "concise",
+                             *settings, *targets], ok=(0, 1))
     else:
-        out = run_tool(
-            exe, [*settings, *targets], ok=(0, 65)
-        )  # 65: codespell found misspellings
+        out = run_tool(exe, [*settings, *targets], ok=(0, 65))  # 65: codespell found misspellings
     by_path = {str(p): src for p, src in files.items()}
     findings = []
     for raw in out.splitlines():
@@ -221,9 +164,7 @@ def lint(repo: Path, tools: Path, settings: dict) -> list[str]:
         for upstream, group in _by_upstream(sources(repo)).items():
             conf = settings.get(upstream)
             if conf is None:
-                raise RuntimeError(
-                    f"lint/settings.toml: expected a [{upstream}] table, found none"
-                )
+                raise RuntimeError(f"lint/settings.toml: expected a [{upstream}] table, found none")
             root = Path(tmp) / upstream
             files = {}
             for src in group:
@@ -251,38 +192,18 @@ def load_settings(path: Path = SETTINGS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m lint.gate", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--tools",
-        type=Path,
-        default=Path(".venv-lint/bin"),
-        help="directory holding isort, ruff and codespell (default .venv-lint/bin)",
-    )
-    parser.add_argument(
-        "--repo", type=Path, default=Path("."), help="checkout to lint (default: here)"
-    )
-    parser.add_argument(
-        "--fix", action="store_true", help="format the whole files in place first"
-    )
+    parser = argparse.ArgumentParser(prog="python -m lint.gate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tools", type=Path, default=Path(".venv-lint/bin"),
+                        help="directory holding isort, ruff and codespell (default .venv-lint/bin)")
+    parser.add_argument("--repo", type=Path, default=Path("."), help="checkout to lint (default: here)")
+    parser.add_argument("--fix", action="store_true", help="format the whole files in place first")
     args = parser.parse_args(argv)
     settings = load_settings()
-    missing = sorted(
-        {
-            TOOL_EXE[c]
-            for up in settings.values()
-            if isinstance(up, dict) and "checks" in up
-            for c in up["checks"]
-            if not (args.tools / TOOL_EXE[c]).is_file()
-        }
-    )
+    missing = sorted({TOOL_EXE[c] for up in settings.values() if isinstance(up, dict) and "checks" in up
+                      for c in up["checks"] if not (args.tools / TOOL_EXE[c]).is_file()})
     if missing:
-        print(
-            f"error: expected {', '.join(missing)} in {args.tools} (make check installs them into .venv-lint), "
-            "found none",
-            file=sys.stderr,
-        )
+        print(f"error: expected {', '.join(missing)} in {args.tools} (make check installs them into .venv-lint), "
+              "found none", file=sys.stderr)
         return 2
     try:
         if args.fix:
@@ -294,15 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for finding in findings:
         print(finding)
-    checked = sum(
-        len(up["checks"])
-        for up in settings.values()
-        if isinstance(up, dict) and "checks" in up
-    )
-    print(
-        f"lint: {len(findings)} finding(s); {checked} checks over the overlay files, the patches' added lines"
-        " and the files under patches/"
-    )
+    checked = sum(len(up["checks"]) for up in settings.values() if isinstance(up, dict) and "checks" in up)
+    print(f"lint: {len(findings)} finding(s); {checked} checks over the overlay files, the patches' added lines"
+          " and the files under patches/")
     return 1 if findings else 0
 
 
