@@ -12,7 +12,7 @@ help:
 	@echo "make apply      apply the patch set to the pinned release (build/site, or TARGET=dir)"
 	@echo "make status     per-patch state of build/site (or TARGET=dir)"
 	@echo "make revert     restore the pristine release files"
-	@echo "make check      every patch applies exactly and the series round-trips byte for byte"
+	@echo "make check      every patch applies exactly and round-trips; upstream's isort/ruff/codespell on what the set adds ($(LINT_VENV))"
 	@echo "make test       create $(VENV) and run the CPU test suite"
 	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
 	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
@@ -27,7 +27,7 @@ help:
 	@echo "make bench-e2e [BUNDLE=dir] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
-	@echo "make clean      remove build/ and $(VENV)"
+	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
 apply:
 	$(PYTHON) apply.py apply $(TARGET_ARG)
@@ -38,8 +38,17 @@ status:
 revert:
 	$(PYTHON) apply.py revert $(TARGET_ARG)
 
-check:
+# The lint gate (lint/gate.py): upstream's formatters and linters, at the versions lint/settings.toml documents,
+# on the overlay files and the lines the patches add. Its own venv: the pinned tools from pip's configuration.
+LINT_VENV ?= .venv-lint
+$(LINT_VENV)/.installed: requirements-lint.txt
+	$(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install -q -r requirements-lint.txt
+	touch $@
+
+check: $(LINT_VENV)/.installed
 	$(PYTHON) apply.py check
+	$(PYTHON) -m lint.gate --tools $(LINT_VENV)/bin
 
 $(VENV)/.installed: requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -83,7 +92,7 @@ pr:
 		$(if $(FORCE),--force,) $(if $(BRANCH),--branch $(BRANCH),)
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build $(VENV) $(LINT_VENV)
 
 # ---- serving (serving/, docs/serving.md) ---------------------------------------------------------
 SGLANG_VENV     ?= .venv-sglang

@@ -22,12 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.upstream import load_module, top_level_defs
+from harness.upstream import import_from_tree, load_module, top_level_defs
 
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
 MHC_PRE_TRITON = "sglang/srt/layers/mhc_pre_triton.py"
+ENVIRON = "sglang.srt.environ"
 
 PAGE, HEAD_DIM, N_HEADS = 64, 128, 64
 PAGE_BYTES = PAGE * (HEAD_DIM + 4)
@@ -55,6 +56,11 @@ def _with_local_helpers(defs: dict[str, ast.stmt], name: str) -> list[ast.stmt]:
     return [node for node in defs.values() if node in picked.values()]
 
 
+def tree_envs(root: Path):
+    """The tree's own `sglang.srt.environ.envs` registry (the patches register their switches there)."""
+    return import_from_tree(root, ENVIRON).envs
+
+
 def indexer_function(root: Path, name: str = "fp8_paged_mqa_logits_torch_sm120"):
     """`name` from root's indexer.py, with its local helpers and, when the tree has it, the overlay kernel.
 
@@ -63,7 +69,7 @@ def indexer_function(root: Path, name: str = "fp8_paged_mqa_logits_torch_sm120")
     path = Path(root) / INDEXER
     namespace: dict[str, Any] = {
         "torch": torch, "F": F, "Any": Any, "os": __import__("os"), "FP8_DTYPE": torch.float8_e4m3fn,
-        "_arange_cache": {},
+        "_arange_cache": {}, "envs": tree_envs(root),
     }
     kernel_file = Path(root) / TRITON_INDEXER
     if kernel_file.is_file():
@@ -89,7 +95,7 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
     inner.decorator_list = []
     used = {x.id for x in ast.walk(inner) if isinstance(x, ast.Name)}
     flags = [n for name, n in top_level_defs(tree).items() if name in used and isinstance(n, ast.Assign)]
-    namespace = {"torch": torch, "F": F, "os": __import__("os"),
+    namespace = {"torch": torch, "F": F, "os": __import__("os"), "envs": tree_envs(root),
                  "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps)}
     kernel_file = Path(root) / MHC_PRE_TRITON
     if kernel_file.is_file():

@@ -6,9 +6,11 @@ can still be tested by compiling just its definition out of the pinned file.
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import sys
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -21,6 +23,31 @@ def load_module(path: Path, name: str | None = None) -> types.ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextmanager
+def tree_package(root: Path, package: str):
+    """While inside, `import package.x.y` reads root/package/x/y.py: a bare package (its __init__ is not
+    run), so one module and what it imports load without the whole runtime. sys.modules is put back after,
+    so trees of two versions never share a module."""
+    saved = {k: m for k, m in sys.modules.items() if k == package or k.startswith(package + ".")}
+    for k in saved:
+        del sys.modules[k]
+    bare = types.ModuleType(package)
+    bare.__path__ = [str(Path(root) / package)]
+    sys.modules[package] = bare
+    try:
+        yield
+    finally:
+        for k in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def import_from_tree(root: Path, dotted: str) -> types.ModuleType:
+    """The module `dotted` (e.g. sglang.srt.environ) of the tree at root, see tree_package."""
+    with tree_package(root, dotted.split(".")[0]):
+        return importlib.import_module(dotted)
 
 
 def top_level_defs(tree: ast.Module) -> dict[str, ast.stmt]:

@@ -113,7 +113,7 @@ def _package(name: str) -> types.ModuleType:
 def sglang_modules(kernel_root: Path, sm120: bool, backend: str):
     """sys.modules entries the forward's function-level imports resolve to, removed afterwards: the
     kernel tree's real dispatcher (and MMA kernel, under TRITON_INTERPRET=1 off a GPU) loaded with
-    SGLANG_SM120_SPARSE_DECODE=backend, and stand-ins for the two runtime probes."""
+    SGLANG_SM120_SPARSE_DECODE=backend, its real environ.py, and stand-ins for the two runtime probes."""
     saved_modules = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
     saved_env = {k: os.environ.get(k) for k in ("SGLANG_SM120_SPARSE_DECODE", "TRITON_INTERPRET")}
     try:
@@ -122,6 +122,8 @@ def sglang_modules(kernel_root: Path, sm120: bool, backend: str):
         for pkg in ("sglang", "sglang.srt", "sglang.srt.utils", "sglang.srt.layers", "sglang.srt.layers.attention",
                     "sglang.srt.layers.attention.dsv4", "sglang.srt.layers.attention.dsv4.unified_kv_kernels"):
             sys.modules[pkg] = _package(pkg)
+        # The tree's real sglang.srt.environ (the switches' registry) and what it imports resolve from disk.
+        sys.modules["sglang.srt"].__path__ = [str(Path(kernel_root) / "sglang" / "srt")]
         common = types.ModuleType("sglang.srt.utils.common")
         common.is_sm120_supported = lambda: sm120
         sys.modules[common.__name__] = common

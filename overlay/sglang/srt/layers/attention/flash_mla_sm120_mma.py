@@ -43,12 +43,22 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 # Sizes of the KV layout above and of a head. tl.constexpr so the kernels can read them (Triton
 # kernels see only constexpr globals); host code reads `.value`.
-_NOPE_DIM = tl.constexpr(448)  # fp8 "nope" values of a token (7 groups of 64, one byte each); rope follows
-_TOKEN_DATA_BYTES = tl.constexpr(576)  # a token's 448 nope bytes + its 64 bf16 rope values
-_TOKEN_SCALE_BYTES = tl.constexpr(8)  # its 7 UE8M0 scale bytes + 1 pad, in the page footer
-_TOKEN_BYTES = tl.constexpr(584)  # data + scale bytes: the last dim of a [pages, P, 1, 584] cache view
+_NOPE_DIM = tl.constexpr(
+    448
+)  # fp8 "nope" values of a token (7 groups of 64, one byte each); rope follows
+_TOKEN_DATA_BYTES = tl.constexpr(
+    576
+)  # a token's 448 nope bytes + its 64 bf16 rope values
+_TOKEN_SCALE_BYTES = tl.constexpr(
+    8
+)  # its 7 UE8M0 scale bytes + 1 pad, in the page footer
+_TOKEN_BYTES = tl.constexpr(
+    584
+)  # data + scale bytes: the last dim of a [pages, P, 1, 584] cache view
 _D = tl.constexpr(512)  # q / output head dim: 448 nope + 64 rope
-_LOG2E = tl.constexpr(1.4426950408889634)  # natural log -> log2 domain (the kernels use exp2 / log2)
+_LOG2E = tl.constexpr(
+    1.4426950408889634
+)  # natural log -> log2 domain (the kernels use exp2 / log2)
 _LN2 = tl.constexpr(0.6931471805599453)  # log2 -> natural log (the LSE the caller gets)
 
 
@@ -74,7 +84,10 @@ def _dequant(raw, sc_lo, sc_hi, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
     # Op order matters at ~254 registers: building the scale before converting the fp8 tile
     # made ptxas spill (sm_90, 16-head x 64-token config, split).
     e = _exp_byte(sc_lo, sc_hi, G)
-    k = raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE) * _pow2(e).to(MMA_DTYPE)[:, None, None]
+    k = (
+        raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE)
+        * _pow2(e).to(MMA_DTYPE)[:, None, None]
+    )
     return tl.reshape(k, [raw.shape[0], 64])
 
 
@@ -93,16 +106,27 @@ def _store_chunk(ptrs, acc, factor, mask, G: tl.constexpr):
 
 @triton.jit
 def _load_indices(
-    pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride,
+    pos,
+    row,
+    n_main,
+    end,
+    main_idx,
+    main_idx_stride,
+    extra_idx,
+    extra_idx_stride,
     HAS_EXTRA: tl.constexpr,
 ):
     """Cache index of each list position: int32, -1 when invalid or past the split's end."""
     in_range = pos < end
     in_main = pos < n_main
-    idx = tl.load(main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1)
+    idx = tl.load(
+        main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1
+    )
     if HAS_EXTRA:
         e_idx = tl.load(
-            extra_idx + row * extra_idx_stride + (pos - n_main), mask=in_range & (pos >= n_main), other=-1
+            extra_idx + row * extra_idx_stride + (pos - n_main),
+            mask=in_range & (pos >= n_main),
+            other=-1,
         )
         idx = tl.where(in_main, idx, e_idx)
     return idx
@@ -110,9 +134,19 @@ def _load_indices(
 
 @triton.jit
 def _load_tile(
-    idx, pos, n_main,
-    main_u8, main_page, main_page_bytes, main_shift, extra_u8, extra_page, extra_page_bytes, extra_shift,
-    HAS_EXTRA: tl.constexpr, POW2_PAGES: tl.constexpr,
+    idx,
+    pos,
+    n_main,
+    main_u8,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    HAS_EXTRA: tl.constexpr,
+    POW2_PAGES: tl.constexpr,
 ):
     """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
     [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T]."""
@@ -136,7 +170,9 @@ def _load_tile(
         page = (idx // page_size).to(tl.int64)
         off = idx % page_size
     data = base + tl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
-    scale = base + (page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES))
+    scale = base + (
+        page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES)
+    )
     dim = tl.arange(0, 64)
     m = valid[:, None]
     # [T, 2, 32] so that the reshape to [T, 64] after dequantising keeps Triton from moving the
@@ -151,7 +187,11 @@ def _load_tile(
     r4 = tl.load(p3 + 256, mask=m3, other=0)
     r5 = tl.load(p3 + 320, mask=m3, other=0)
     r6 = tl.load(p3 + 384, mask=m3, other=0)
-    rope = tl.load((data + _NOPE_DIM).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :], mask=m, other=0.0)
+    rope = tl.load(
+        (data + _NOPE_DIM).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :],
+        mask=m,
+        other=0.0,
+    )
     # Two int32 words in the [T] layout the group multiplies use: a [T, 8] byte tile sliced per
     # group went through shared memory once per group.
     s32 = scale.to(tl.pointer_type(tl.int32))
@@ -170,7 +210,10 @@ def _sink_weight(lse2, sink2):
     inf_hi = (hi == float("inf")) | (hi == float("-inf"))
     hi_safe = tl.where(inf_hi, 0.0, hi)
     lse_out = tl.where(
-        inf_hi, hi, hi_safe + tl.math.log2(tl.math.exp2(lse2 - hi_safe) + tl.math.exp2(sink2 - hi_safe))
+        inf_hi,
+        hi,
+        hi_safe
+        + tl.math.log2(tl.math.exp2(lse2 - hi_safe) + tl.math.exp2(sink2 - hi_safe)),
     )
     return w, lse_out
 
@@ -273,18 +316,72 @@ def _mma_sparse_decode_kernel(
     # indices of the tile after next two iterations earlier, so neither the index nor the
     # KV latency is exposed (one CTA per SM leaves little other work to hide it behind).
     pos = start + tl.arange(0, BLOCK_T)
-    idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+    idx = _load_indices(
+        pos,
+        row,
+        n_main,
+        end,
+        main_idx,
+        main_idx_stride,
+        extra_idx,
+        extra_idx_stride,
+        HAS_EXTRA,
+    )
     r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = _load_tile(
-        idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
-        extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
+        idx,
+        pos,
+        n_main,
+        main_u8,
+        main_page,
+        main_page_bytes,
+        main_shift,
+        extra_u8,
+        extra_page,
+        extra_page_bytes,
+        extra_shift,
+        HAS_EXTRA,
+        POW2_PAGES,
+    )
     pos += BLOCK_T
-    idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+    idx = _load_indices(
+        pos,
+        row,
+        n_main,
+        end,
+        main_idx,
+        main_idx_stride,
+        extra_idx,
+        extra_idx_stride,
+        HAS_EXTRA,
+    )
     for t0 in range(start, end, BLOCK_T):
         n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid = _load_tile(
-            idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
-            extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA, POW2_PAGES)
+            idx,
+            pos,
+            n_main,
+            main_u8,
+            main_page,
+            main_page_bytes,
+            main_shift,
+            extra_u8,
+            extra_page,
+            extra_page_bytes,
+            extra_shift,
+            HAS_EXTRA,
+            POW2_PAGES,
+        )
         pos += BLOCK_T
-        idx = _load_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+        idx = _load_indices(
+            pos,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
 
         # Each KV column group is dequantised once, then shared by all BLOCK_H heads. Even and
         # odd groups go to two score accumulators: at 32 heads each warp owns one 16x8 score
@@ -335,7 +432,19 @@ def _mma_sparse_decode_kernel(
         acc4 = tl.dot(p, k4, acc4)
         acc5 = tl.dot(p, k5, acc5)
         acc6 = tl.dot(p, k6, acc6)
-        r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid
+        r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = (
+            n0,
+            n1,
+            n2,
+            n3,
+            n4,
+            n5,
+            n6,
+            nrope,
+            nsc_lo,
+            nsc_hi,
+            nvalid,
+        )
 
     l_i = tl.sum(l_part, 1)
     if SPLIT:
@@ -390,7 +499,11 @@ def _combine_splits_kernel(
         base = (row * num_splits + sp)[:, None] * H + heads[None, :]  # [splits, heads]
         # Splits without a token hold lse = -inf and a zero partial, so no load waits on a weight.
         lse_s = tl.load(part_lse_ptr + base, mask=ok, other=float("-inf"))
-        o_s = tl.load(part_out_ptr + base[:, :, None] * _D + cols[None, None, :], mask=ok[:, :, None], other=0.0)
+        o_s = tl.load(
+            part_out_ptr + base[:, :, None] * _D + cols[None, None, :],
+            mask=ok[:, :, None],
+            other=0.0,
+        )
         new_hi = tl.maximum(hi, tl.max(lse_s, 0))
         new_safe = tl.where(new_hi == float("-inf"), 0.0, new_hi)
         alpha = tl.math.exp2(hi - new_safe)
@@ -401,11 +514,13 @@ def _combine_splits_kernel(
     hi_safe = tl.where(hi == float("-inf"), 0.0, hi)
     factor, lse2 = _finish_rows(hi_safe, tok_w, sink_ptr, heads, head_ok, HAS_SINK)
     o = acc * factor[:, None]
-    tl.store(out_ptr + (row * H + heads)[:, None] * _D + cols[None, :], o.to(tl.bfloat16), mask=head_ok[:, None])
+    tl.store(
+        out_ptr + (row * H + heads)[:, None] * _D + cols[None, :],
+        o.to(tl.bfloat16),
+        mask=head_ok[:, None],
+    )
     if d0 == 0:
         tl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
-
-
 
 
 # ----------------------------------------------------------------------------- Gluon path
@@ -448,7 +563,12 @@ def _g_fp8_bits_to_bf16(raw):
         lop3.b32 $0, u0, 0x07F007F0, v0, 0xEA;
         lop3.b32 $1, u1, 0x07F007F0, v1, 0xEA;
         }""",
-        "=r,=r,r", [raw], dtype=gl.bfloat16, is_pure=True, pack=4)
+        "=r,=r,r",
+        [raw],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=4,
+    )
 
 
 @gluon.jit
@@ -461,8 +581,16 @@ def _g_k(raw, BITS: gl.constexpr):
 
 
 @gluon.jit
-def _g_kop(nope, kbf_s, G: gl.constexpr, BLOCK_T: gl.constexpr, B_OP: gl.constexpr, BITS: gl.constexpr,
-           DQ: gl.constexpr, TRANS: gl.constexpr):
+def _g_kop(
+    nope,
+    kbf_s,
+    G: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    B_OP: gl.constexpr,
+    BITS: gl.constexpr,
+    DQ: gl.constexpr,
+    TRANS: gl.constexpr,
+):
     """Column group G of the tile as an MMA B operand: [64, T] (TRANS, for QK) or [T, 64] (PV), from
     the bf16 copy (DQ) or straight from the fp8 bytes."""
     if DQ:
@@ -478,24 +606,53 @@ def _g_kop(nope, kbf_s, G: gl.constexpr, BLOCK_T: gl.constexpr, B_OP: gl.constex
 
 
 @gluon.jit
-def _g_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride,
-               HAS_EXTRA: gl.constexpr):
+def _g_indices(
+    pos,
+    row,
+    n_main,
+    end,
+    main_idx,
+    main_idx_stride,
+    extra_idx,
+    extra_idx_stride,
+    HAS_EXTRA: gl.constexpr,
+):
     in_range = pos < end
     in_main = pos < n_main
-    idx = gl.load(main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1)
+    idx = gl.load(
+        main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1
+    )
     if HAS_EXTRA:
-        e_idx = gl.load(extra_idx + row * extra_idx_stride + (pos - n_main), mask=in_range & (pos >= n_main),
-                        other=-1)
+        e_idx = gl.load(
+            extra_idx + row * extra_idx_stride + (pos - n_main),
+            mask=in_range & (pos >= n_main),
+            other=-1,
+        )
         idx = gl.where(in_main, idx, e_idx)
     return idx
 
 
 @gluon.jit
-def _g_issue_tile(idx, pos, n_main, nope_s, rope_s, sc_s,
-                  main_u8, main_page, main_page_bytes, main_shift,
-                  extra_u8, extra_page, extra_page_bytes, extra_shift,
-                  HAS_EXTRA: gl.constexpr, POW2_PAGES: gl.constexpr,
-                  BLOCK_T: gl.constexpr, NUM_WARPS: gl.constexpr):
+def _g_issue_tile(
+    idx,
+    pos,
+    n_main,
+    nope_s,
+    rope_s,
+    sc_s,
+    main_u8,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    HAS_EXTRA: gl.constexpr,
+    POW2_PAGES: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+):
     """cp.async of one tile's bytes: nope [8, T, 64] u8 (group 7 unused), rope [T, 64] bf16, scales [T, 2] i32.
     idx / pos in the token layout of the nope copy."""
     # Per-token address in three layouts (one per copy); computed once in a 1-D layout then converted.
@@ -518,33 +675,51 @@ def _g_issue_tile(idx, pos, n_main, nope_s, rope_s, sc_s,
         page = (idx // page_size).to(gl.int64)
         off = idx % page_size
     data = base + gl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
-    scale = base + (page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES))
+    scale = base + (
+        page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES)
+    )
 
     # One token -> thread mapping (lane // 4 + 8 * warp) in all three copy layouts, so the per-token
     # address converts between them without data movement.
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 8, 4], [1, NUM_WARPS, 1], [2, 1, 0])
+    L3: gl.constexpr = gl.BlockedLayout(
+        [1, 1, 16], [1, 8, 4], [1, NUM_WARPS, 1], [2, 1, 0]
+    )
     LG3: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
     LC3: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, L3))
     g = gl.arange(0, 8, layout=LG3)
     c = gl.arange(0, 64, layout=LC3)
     p3 = data[None, :, None] + (g * 64)[:, None, None] + c[None, None, :]
     m3 = valid[None, :, None] & (g < 7)[:, None, None] & (c < 64)[None, None, :]
-    async_copy.async_copy_global_to_shared(nope_s.reshape([8, BLOCK_T, 64]), p3, mask=m3)
+    async_copy.async_copy_global_to_shared(
+        nope_s.reshape([8, BLOCK_T, 64]), p3, mask=m3
+    )
 
     LR: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [NUM_WARPS, 1], [1, 0])
     dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
     vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
     cr = gl.arange(0, 64, layout=gl.SliceLayout(0, LR))
     pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
-    async_copy.async_copy_global_to_shared(rope_s, pr, mask=vr[:, None] & (cr < 64)[None, :])
+    async_copy.async_copy_global_to_shared(
+        rope_s, pr, mask=vr[:, None] & (cr < 64)[None, :]
+    )
 
     # The 7 UE8M0 bytes (+1 pad) of a token as one 8-byte word (the 4 lanes of a token copy it alike).
     ds = gl.convert_layout(scale, gl.SliceLayout(1, LR), assert_trivial=True)
-    async_copy.async_copy_global_to_shared(sc_s, ds.to(gl.pointer_type(gl.int64)), mask=vr)
+    async_copy.async_copy_global_to_shared(
+        sc_s, ds.to(gl.pointer_type(gl.int64)), mask=vr
+    )
 
 
 @gluon.jit
-def _g_q(q_s, qa_ptrs, qa_mask, G: gl.constexpr, BLOCK_H: gl.constexpr, A_OP: gl.constexpr, Q_SMEM: gl.constexpr):
+def _g_q(
+    q_s,
+    qa_ptrs,
+    qa_mask,
+    G: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    A_OP: gl.constexpr,
+    Q_SMEM: gl.constexpr,
+):
     if Q_SMEM:
         return q_s.slice(G * BLOCK_H, BLOCK_H).load(A_OP)
     else:
@@ -563,30 +738,72 @@ def _g_finish_rows(m2, l, sink_ptr, heads, head_ok, HAS_SINK: gl.constexpr):
         hi = gl.maximum(lse2, sink2)
         inf_hi = (hi == float("inf")) | (hi == float("-inf"))
         hi_safe = gl.where(inf_hi, 0.0, hi)
-        lse2 = gl.where(inf_hi, hi, hi_safe + gl.log2(gl.exp2(lse2 - hi_safe) + gl.exp2(sink2 - hi_safe)))
+        lse2 = gl.where(
+            inf_hi,
+            hi,
+            hi_safe + gl.log2(gl.exp2(lse2 - hi_safe) + gl.exp2(sink2 - hi_safe)),
+        )
         factor = gl.where(has_tok, factor * w, 0.0)
     return factor, lse2
 
 
 @gluon.jit
 def _gluon_sparse_decode_kernel(
-    q_ptr, stride_qb, stride_qh,
-    main_u8, main_idx, main_idx_stride, main_len, main_topk, main_page, main_page_bytes, main_shift,
-    extra_u8, extra_idx, extra_idx_stride, extra_len, extra_topk, extra_page, extra_page_bytes, extra_shift,
-    sink_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr,
-    H, num_splits, qk_scale_log2,
-    HAS_MAIN_LEN: gl.constexpr, HAS_EXTRA: gl.constexpr, HAS_EXTRA_LEN: gl.constexpr, HAS_SINK: gl.constexpr,
-    SPLIT: gl.constexpr, POW2_PAGES: gl.constexpr,
-    BLOCK_T: gl.constexpr, STAGES: gl.constexpr, NUM_WARPS: gl.constexpr, Q_SMEM: gl.constexpr,
-    BITS: gl.constexpr, DQ: gl.constexpr, PAD: gl.constexpr,
+    q_ptr,
+    stride_qb,
+    stride_qh,
+    main_u8,
+    main_idx,
+    main_idx_stride,
+    main_len,
+    main_topk,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_idx,
+    extra_idx_stride,
+    extra_len,
+    extra_topk,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    sink_ptr,
+    out_ptr,
+    lse_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    H,
+    num_splits,
+    qk_scale_log2,
+    HAS_MAIN_LEN: gl.constexpr,
+    HAS_EXTRA: gl.constexpr,
+    HAS_EXTRA_LEN: gl.constexpr,
+    HAS_SINK: gl.constexpr,
+    SPLIT: gl.constexpr,
+    POW2_PAGES: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+    Q_SMEM: gl.constexpr,
+    BITS: gl.constexpr,
+    DQ: gl.constexpr,
+    PAD: gl.constexpr,
 ):
     BLOCK_H: gl.constexpr = 16
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NUM_WARPS], instr_shape=[16, 8])
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[2, 0], warps_per_cta=[1, NUM_WARPS], instr_shape=[16, 8]
+    )
     A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     ROWS: gl.constexpr = gl.SliceLayout(1, MMA)
     COLS: gl.constexpr = gl.SliceLayout(0, MMA)
-    TOK: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, gl.BlockedLayout([1, 1, 16], [1, 8, 4], [1, NUM_WARPS, 1], [2, 1, 0])))
+    TOK: gl.constexpr = gl.SliceLayout(
+        0,
+        gl.SliceLayout(
+            2, gl.BlockedLayout([1, 1, 16], [1, 8, 4], [1, NUM_WARPS, 1], [2, 1, 0])
+        ),
+    )
     P_COLS: gl.constexpr = gl.SliceLayout(0, A_OP)
 
     hg = gl.program_id(0)
@@ -618,34 +835,60 @@ def _gluon_sparse_decode_kernel(
     qa_ptrs = q_ptr + row * stride_qb + (qa_h * stride_qh)[:, None] + qa_c[None, :]
     qa_mask = (qa_h < H)[:, None] & (qa_c < 64)[None, :]
     if Q_SMEM:
-        qr = gl.arange(0, 8 * BLOCK_H, layout=gl.SliceLayout(1, QL))  # group-major rows: g * 16 + head
+        qr = gl.arange(
+            0, 8 * BLOCK_H, layout=gl.SliceLayout(1, QL)
+        )  # group-major rows: g * 16 + head
         qh = hg * BLOCK_H + qr % BLOCK_H
         qc = gl.arange(0, 64, layout=gl.SliceLayout(0, QL))
-        q_vals = gl.load(q_ptr + row * stride_qb + (qh * stride_qh + (qr // BLOCK_H) * 64)[:, None] + qc[None, :],
-                         mask=(qh < H)[:, None] & (qc < 64)[None, :], other=0.0)
-        q_s = gl.allocate_shared_memory(gl.bfloat16, [8 * BLOCK_H, 64],
-                                        gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]), q_vals)
+        q_vals = gl.load(
+            q_ptr
+            + row * stride_qb
+            + (qh * stride_qh + (qr // BLOCK_H) * 64)[:, None]
+            + qc[None, :],
+            mask=(qh < H)[:, None] & (qc < 64)[None, :],
+            other=0.0,
+        )
+        q_s = gl.allocate_shared_memory(
+            gl.bfloat16,
+            [8 * BLOCK_H, 64],
+            gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]),
+            q_vals,
+        )
     else:
         q_s = 0
 
-    nope_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 8 * BLOCK_T, 64],
-                                       gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=4, order=[1, 0]))
-    rope_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, 64],
-                                       gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]))
-    sc_s = gl.allocate_shared_memory(gl.int64, [STAGES, BLOCK_T],
-                                     gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
+    nope_s = gl.allocate_shared_memory(
+        gl.uint8,
+        [STAGES, 8 * BLOCK_T, 64],
+        gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=4, order=[1, 0]),
+    )
+    rope_s = gl.allocate_shared_memory(
+        gl.bfloat16,
+        [STAGES, BLOCK_T, 64],
+        gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]),
+    )
+    sc_s = gl.allocate_shared_memory(
+        gl.int64,
+        [STAGES, BLOCK_T],
+        gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]),
+    )
     if DQ:
         # One dequantised bf16 copy of the tile's 7 fp8 groups (slot 7 unused), read by both MMAs
         # through ldmatrix: a byte-wise gather of each operand costs ~4x the shared-memory instructions.
-        kbf_s = gl.allocate_shared_memory(gl.bfloat16, [8 * BLOCK_T, 64],
-                                          gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]))
+        kbf_s = gl.allocate_shared_memory(
+            gl.bfloat16,
+            [8 * BLOCK_T, 64],
+            gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]),
+        )
     else:
         kbf_s = 0
     DQ_L: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [NUM_WARPS, 1], [1, 0])
     PAD_L: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
     if PAD > 0:
         # Benchmark-only: unused shared memory that limits programs per SM (an sm_120 occupancy proxy).
-        pad_s = gl.allocate_shared_memory(gl.float32, [PAD // 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        pad_s = gl.allocate_shared_memory(
+            gl.float32, [PAD // 4], gl.SwizzledSharedLayout(1, 1, 1, [0])
+        )
         pad_s.slice(0, 128).store(gl.zeros([128], gl.float32, PAD_L))
     else:
         pad_s = 0
@@ -654,13 +897,50 @@ def _gluon_sparse_decode_kernel(
     tok = gl.arange(0, BLOCK_T, layout=TOK)
     for s0 in gl.static_range(STAGES - 1):
         pos = start + s0 * BLOCK_T + tok
-        idx = _g_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
-        _g_issue_tile(idx, pos, n_main, nope_s.index(s0), rope_s.index(s0), sc_s.index(s0),
-                      main_u8, main_page, main_page_bytes, main_shift, extra_u8, extra_page, extra_page_bytes,
-                      extra_shift, HAS_EXTRA, POW2_PAGES, BLOCK_T, NUM_WARPS)
+        idx = _g_indices(
+            pos,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
+        _g_issue_tile(
+            idx,
+            pos,
+            n_main,
+            nope_s.index(s0),
+            rope_s.index(s0),
+            sc_s.index(s0),
+            main_u8,
+            main_page,
+            main_page_bytes,
+            main_shift,
+            extra_u8,
+            extra_page,
+            extra_page_bytes,
+            extra_shift,
+            HAS_EXTRA,
+            POW2_PAGES,
+            BLOCK_T,
+            NUM_WARPS,
+        )
         async_copy.commit_group()
     pos_n = start + (STAGES - 1) * BLOCK_T + tok
-    idx_n = _g_indices(pos_n, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+    idx_n = _g_indices(
+        pos_n,
+        row,
+        n_main,
+        end,
+        main_idx,
+        main_idx_stride,
+        extra_idx,
+        extra_idx_stride,
+        HAS_EXTRA,
+    )
 
     m_i = gl.full([BLOCK_H], -1.0e30, gl.float32, ROWS)
     l_part = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
@@ -676,18 +956,55 @@ def _gluon_sparse_decode_kernel(
     for j in range(0, n_tiles):
         # Validity of this tile's tokens in the score layout (indices are L1/L2-hot).
         pos_c = start + j * BLOCK_T + tcol
-        idx_c = _g_indices(pos_c, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+        idx_c = _g_indices(
+            pos_c,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
         # Tile j landed (this thread's copies), then one barrier: every thread's copies visible and
         # every warp done with tile j-1, whose stage the next issue overwrites.
         async_copy.wait_group(STAGES - 2)
         gl.thread_barrier()
         ns = (j + STAGES - 1) % STAGES
-        _g_issue_tile(idx_n, pos_n, n_main, nope_s.index(ns), rope_s.index(ns), sc_s.index(ns),
-                      main_u8, main_page, main_page_bytes, main_shift, extra_u8, extra_page, extra_page_bytes,
-                      extra_shift, HAS_EXTRA, POW2_PAGES, BLOCK_T, NUM_WARPS)
+        _g_issue_tile(
+            idx_n,
+            pos_n,
+            n_main,
+            nope_s.index(ns),
+            rope_s.index(ns),
+            sc_s.index(ns),
+            main_u8,
+            main_page,
+            main_page_bytes,
+            main_shift,
+            extra_u8,
+            extra_page,
+            extra_page_bytes,
+            extra_shift,
+            HAS_EXTRA,
+            POW2_PAGES,
+            BLOCK_T,
+            NUM_WARPS,
+        )
         async_copy.commit_group()
         pos_n += BLOCK_T
-        idx_n = _g_indices(pos_n, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+        idx_n = _g_indices(
+            pos_n,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
 
         st = j % STAGES
         nope = nope_s.index(st)
@@ -696,12 +1013,18 @@ def _gluon_sparse_decode_kernel(
         sc_hi = (sc >> 32).to(gl.int32)
         if DQ:
             for g in gl.static_range(7):
-                kbf_s.slice(g * BLOCK_T, BLOCK_T).store(_g_k(nope.slice(g * BLOCK_T, BLOCK_T).load(DQ_L), BITS))
+                kbf_s.slice(g * BLOCK_T, BLOCK_T).store(
+                    _g_k(nope.slice(g * BLOCK_T, BLOCK_T).load(DQ_L), BITS)
+                )
         # QK: per column group an unscaled fp8 -> bf16 MMA, the UE8M0 scale applied to the [16, T] scores.
         s = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
         for g in gl.static_range(7):
             kt = _g_kop(nope, kbf_s, g, BLOCK_T, B_OP, BITS, DQ, True)
-            s_g = mma_v2(_g_q(q_s, qa_ptrs, qa_mask, g, BLOCK_H, A_OP, Q_SMEM), kt, gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA))
+            s_g = mma_v2(
+                _g_q(q_s, qa_ptrs, qa_mask, g, BLOCK_H, A_OP, Q_SMEM),
+                kt,
+                gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA),
+            )
             if g < 4:
                 e = (sc_lo >> (8 * g)) & 0xFF
             else:
@@ -709,7 +1032,11 @@ def _gluon_sparse_decode_kernel(
             if BITS:
                 s_g = s_g * 1.329227995784916e36  # 2^120 from the bit placement
             s += s_g * _g_pow2(e)[None, :]
-        s = mma_v2(_g_q(q_s, qa_ptrs, qa_mask, 7, BLOCK_H, A_OP, Q_SMEM), rope_s.index(st).permute((1, 0)).load(B_OP), s)
+        s = mma_v2(
+            _g_q(q_s, qa_ptrs, qa_mask, 7, BLOCK_H, A_OP, Q_SMEM),
+            rope_s.index(st).permute((1, 0)).load(B_OP),
+            s,
+        )
 
         valid = idx_c >= 0
         s = gl.where(valid[None, :], s * qk_scale_log2, float("-inf"))
@@ -729,11 +1056,10 @@ def _gluon_sparse_decode_kernel(
             m_i = m_new
         p = gl.exp2(s - m_i[:, None])
         l_part += p
-        # P once into the A-operand layout (every warp needs all T columns), then per group times
-        # that group's token scales: bf16(P) * 2^(e-127) is exact, so V stays the raw fp8 value.
-        # P once into the A-operand layout (every warp needs all T columns), then per group times
-        # that group's token scales in bf16: bf16(P) * 2^(e-127+60) is exact (a power of two), V is
-        # the raw fp8 value * 2^-120, so the nope accumulators carry 2^-60 (undone at the end).
+        # P once into the A-operand layout (every warp needs all T columns), then per group
+        # times that group's token scales in bf16, a power of two (exact): 2^(e-127) with V
+        # the raw fp8 value, or with BITS 2^(e-127+60) with V = fp8 * 2^-120, so the nope
+        # accumulators carry 2^-60 (undone at the end).
         p_a = gl.convert_layout(p.to(gl.bfloat16), A_OP)
         psc = sc_s.index(st).load(P_COLS)
         psc_lo = psc.to(gl.int32)
@@ -745,22 +1071,30 @@ def _gluon_sparse_decode_kernel(
         v = _g_kop(nope, kbf_s, 1, BLOCK_T, B_OP, BITS, DQ, False)
         acc1 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 8) & 0xFF, BITS)[None, :], v, acc1)
         v = _g_kop(nope, kbf_s, 2, BLOCK_T, B_OP, BITS, DQ, False)
-        acc2 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 16) & 0xFF, BITS)[None, :], v, acc2)
+        acc2 = mma_v2(
+            p_a * _g_bf16_scale((psc_lo >> 16) & 0xFF, BITS)[None, :], v, acc2
+        )
         v = _g_kop(nope, kbf_s, 3, BLOCK_T, B_OP, BITS, DQ, False)
-        acc3 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 24) & 0xFF, BITS)[None, :], v, acc3)
+        acc3 = mma_v2(
+            p_a * _g_bf16_scale((psc_lo >> 24) & 0xFF, BITS)[None, :], v, acc3
+        )
         v = _g_kop(nope, kbf_s, 4, BLOCK_T, B_OP, BITS, DQ, False)
         acc4 = mma_v2(p_a * _g_bf16_scale(psc_hi & 0xFF, BITS)[None, :], v, acc4)
         v = _g_kop(nope, kbf_s, 5, BLOCK_T, B_OP, BITS, DQ, False)
         acc5 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 8) & 0xFF, BITS)[None, :], v, acc5)
         v = _g_kop(nope, kbf_s, 6, BLOCK_T, B_OP, BITS, DQ, False)
-        acc6 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, BITS)[None, :], v, acc6)
+        acc6 = mma_v2(
+            p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, BITS)[None, :], v, acc6
+        )
     async_copy.wait_group(0)
 
     heads = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS)
     head_ok = heads < H
     l_i = gl.sum(l_part, 1)
     if PAD > 0:
-        l_i += gl.sum(pad_s.slice(0, 128).load(PAD_L), 0)  # zeros; keeps the padding allocated
+        l_i += gl.sum(
+            pad_s.slice(0, 128).load(PAD_L), 0
+        )  # zeros; keeps the padding allocated
     dim = gl.arange(0, 64, layout=COLS)
     if SPLIT:
         factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
@@ -805,11 +1139,19 @@ MMA_CONFIGS = {
 # integer pipe instead of cvt; DQ dequantises each tile once into a bf16 copy for both MMAs. per_sm: two
 # programs on sm_120 with <= 49 KB of shared memory, else one.
 GLUON_CONFIGS = {
-    "g32s2": dict(launch=(32, 2, 4, False, False, False), per_sm=2, min_split=64),  # 42 KB
-    "g32s2q": dict(launch=(32, 2, 4, True, False, False), per_sm=1, min_split=64),  # 59 KB
-    "g32dqq": dict(launch=(32, 2, 4, True, True, True), per_sm=1, min_split=64),  # 92 KB
+    "g32s2": dict(
+        launch=(32, 2, 4, False, False, False), per_sm=2, min_split=64
+    ),  # 42 KB
+    "g32s2q": dict(
+        launch=(32, 2, 4, True, False, False), per_sm=1, min_split=64
+    ),  # 59 KB
+    "g32dqq": dict(
+        launch=(32, 2, 4, True, True, True), per_sm=1, min_split=64
+    ),  # 92 KB
 }
-_TUPLE_CONFIG_SPLIT_RULE = dict(per_sm=1, min_split=64)  # configs given as launch tuples (tests, benchmarks)
+_TUPLE_CONFIG_SPLIT_RULE = dict(
+    per_sm=1, min_split=64
+)  # configs given as launch tuples (tests, benchmarks)
 # Rows x heads up to which the combine loads every split at once (see combine_launch).
 _WIDE_COMBINE_MAX_ROW_HEADS = 512
 
@@ -847,12 +1189,18 @@ def pick_triton_config(num_heads: int, batch: int) -> str:
     return "h16_t64_w8"
 
 
-def pick_num_splits(batch: int, head_groups: int, list_width: int, sms: int, config=None) -> int:
+def pick_num_splits(
+    batch: int, head_groups: int, list_width: int, sms: int, config=None
+) -> int:
     """Split each row's token list until rows x head groups x splits fills the resident CTA slots
     once (a second wave of splits cost more in partial-output traffic than it gained), keeping
     at least the config's smallest slice per split."""
     # A named config must exist (KeyError otherwise); launch tuples get the default rule.
-    rule = (MMA_CONFIGS.get(config) or GLUON_CONFIGS[config]) if isinstance(config, str) else _TUPLE_CONFIG_SPLIT_RULE
+    rule = (
+        (MMA_CONFIGS.get(config) or GLUON_CONFIGS[config])
+        if isinstance(config, str)
+        else _TUPLE_CONFIG_SPLIT_RULE
+    )
     want = max(1, rule["per_sm"] * sms // (batch * head_groups))
     most = max(1, list_width // rule["min_split"])
     return min(want, most)
@@ -881,7 +1229,11 @@ def _interpreted() -> bool:
 
 def _page_shift(page_size: int) -> Optional[int]:
     """log2 of a power-of-two page size, else None."""
-    return page_size.bit_length() - 1 if page_size > 0 and page_size & (page_size - 1) == 0 else None
+    return (
+        page_size.bit_length() - 1
+        if page_size > 0 and page_size & (page_size - 1) == 0
+        else None
+    )
 
 
 def _flat_u8(cache: torch.Tensor) -> torch.Tensor:
@@ -919,7 +1271,9 @@ def mma_sparse_decode(
     `num_splits` override the shape table (benchmarks and tests use them).
     """
     B, s_q, H, D = q.shape
-    assert s_q == 1 and D == _D.value, f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
+    assert s_q == 1 and D == _D.value, (
+        f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
+    )
     assert k_cache.element_size() == 1 and k_cache.shape[-1] == _TOKEN_BYTES.value
     has_extra = extra_k_cache is not None and extra_indices is not None
     q3 = q.reshape(B, H, D)
@@ -930,7 +1284,10 @@ def mma_sparse_decode(
     main_u8 = _flat_u8(k_cache)
     main_page = k_cache.shape[1]
     if has_extra:
-        assert extra_k_cache.element_size() == 1 and extra_k_cache.shape[-1] == _TOKEN_BYTES.value
+        assert (
+            extra_k_cache.element_size() == 1
+            and extra_k_cache.shape[-1] == _TOKEN_BYTES.value
+        )
         extra_idx = _int32_rows(extra_indices, B)
         extra_u8 = _flat_u8(extra_k_cache)
         extra_page, extra_page_bytes = extra_k_cache.shape[1], extra_k_cache.stride(0)
@@ -944,7 +1301,9 @@ def mma_sparse_decode(
         config = pick_config(H, B)
         # Gluon has no CPU interpreter; its path was measured and GPU-tested with power-of-two pages
         # (every DSv4 pool) only.
-        if config in GLUON_CONFIGS and (_interpreted() or main_shift is None or extra_shift is None):
+        if config in GLUON_CONFIGS and (
+            _interpreted() or main_shift is None or extra_shift is None
+        ):
             config = pick_triton_config(H, B)
     use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
     if use_gluon:
@@ -954,7 +1313,9 @@ def mma_sparse_decode(
         pad = gcfg[6] if len(gcfg) > 6 else 0
         block_h = 16
     else:
-        block_h, block_t, warps, stages = MMA_CONFIGS[config]["launch"] if isinstance(config, str) else config
+        block_h, block_t, warps, stages = (
+            MMA_CONFIGS[config]["launch"] if isinstance(config, str) else config
+        )
     head_groups = triton.cdiv(H, block_h)
     if num_splits is None:
         sms = _num_sms(q.device.index) if q.is_cuda else 8
@@ -964,7 +1325,9 @@ def mma_sparse_decode(
     out = torch.empty(B, H, D, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(B, H, dtype=torch.float32, device=q.device)
     if split:
-        part_out = torch.empty(B, num_splits, H, D, dtype=torch.float32, device=q.device)
+        part_out = torch.empty(
+            B, num_splits, H, D, dtype=torch.float32, device=q.device
+        )
         part_lse = torch.empty(B, num_splits, H, dtype=torch.float32, device=q.device)
     else:
         part_out, part_lse = out, lse  # unused
@@ -974,15 +1337,35 @@ def mma_sparse_decode(
         sink = attn_sink.float()
 
     args = (
-        q3, q3.stride(0), q3.stride(1),
-        main_u8, main_idx, main_idx.stride(0),
+        q3,
+        q3.stride(0),
+        q3.stride(1),
+        main_u8,
+        main_idx,
+        main_idx.stride(0),
         topk_length if topk_length is not None else dummy_len,
-        main_idx.shape[1], main_page, k_cache.stride(0), main_shift or 0,
-        extra_u8, extra_idx, extra_idx.stride(0),
-        extra_topk_length if (has_extra and extra_topk_length is not None) else dummy_len,
-        extra_idx.shape[1] if has_extra else 0, extra_page, extra_page_bytes, extra_shift or 0,
-        sink, out, lse, part_out, part_lse,
-        H, num_splits, softmax_scale * _LOG2E.value,
+        main_idx.shape[1],
+        main_page,
+        k_cache.stride(0),
+        main_shift or 0,
+        extra_u8,
+        extra_idx,
+        extra_idx.stride(0),
+        extra_topk_length
+        if (has_extra and extra_topk_length is not None)
+        else dummy_len,
+        extra_idx.shape[1] if has_extra else 0,
+        extra_page,
+        extra_page_bytes,
+        extra_shift or 0,
+        sink,
+        out,
+        lse,
+        part_out,
+        part_lse,
+        H,
+        num_splits,
+        softmax_scale * _LOG2E.value,
     )
     flags = dict(
         HAS_MAIN_LEN=topk_length is not None,
@@ -994,13 +1377,21 @@ def mma_sparse_decode(
     )
     if use_gluon:
         _gluon_sparse_decode_kernel[(head_groups, num_splits, B)](
-            *args, **flags, BLOCK_T=block_t, STAGES=stages, NUM_WARPS=warps, Q_SMEM=q_smem, BITS=bits,
-            DQ=dq, PAD=pad,
+            *args,
+            **flags,
+            BLOCK_T=block_t,
+            STAGES=stages,
+            NUM_WARPS=warps,
+            Q_SMEM=q_smem,
+            BITS=bits,
+            DQ=dq,
+            PAD=pad,
             num_warps=warps,
         )
     else:
         _mma_sparse_decode_kernel[(head_groups, num_splits, B)](
-            *args, **flags,
+            *args,
+            **flags,
             BLOCK_H=block_h,
             BLOCK_T=block_t,
             MMA_DTYPE=tl.float32 if _interpreted() else tl.bfloat16,
@@ -1010,8 +1401,17 @@ def mma_sparse_decode(
     if split:
         grid, cbh, cbd, at_once, cwarps = combine_launch(B, H, num_splits)
         _combine_splits_kernel[grid](
-            part_out, part_lse, sink, out, lse, H, num_splits,
-            HAS_SINK=attn_sink is not None, BLOCK_H=cbh, BLOCK_D=cbd, SPLITS_AT_ONCE=at_once,
+            part_out,
+            part_lse,
+            sink,
+            out,
+            lse,
+            H,
+            num_splits,
+            HAS_SINK=attn_sink is not None,
+            BLOCK_H=cbh,
+            BLOCK_D=cbd,
+            SPLITS_AT_ONCE=at_once,
             num_warps=cwarps,
         )
     return out.unsqueeze(1), lse.unsqueeze(-1)
@@ -1031,13 +1431,30 @@ def _mma_sparse_decode_op(
     extra_topk_length: Optional[torch.Tensor],
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return mma_sparse_decode(
-        q, k_cache, indices, topk_length, attn_sink, softmax_scale,
-        extra_k_cache, extra_indices, extra_topk_length,
+        q,
+        k_cache,
+        indices,
+        topk_length,
+        attn_sink,
+        softmax_scale,
+        extra_k_cache,
+        extra_indices,
+        extra_topk_length,
     )
 
 
 @_mma_sparse_decode_op.register_fake
-def _(q, k_cache, indices, topk_length, attn_sink, softmax_scale, extra_k_cache, extra_indices, extra_topk_length):
+def _(
+    q,
+    k_cache,
+    indices,
+    topk_length,
+    attn_sink,
+    softmax_scale,
+    extra_k_cache,
+    extra_indices,
+    extra_topk_length,
+):
     B, _, H, D = q.shape
     return q.new_empty(B, 1, H, D), q.new_empty(B, H, 1, dtype=torch.float32)
 
@@ -1064,6 +1481,13 @@ def flash_mla_sparse_decode_mma(
     if extra_k_cache is None or extra_indices is None:
         extra_k_cache = extra_indices = extra_topk_length = None
     return _mma_sparse_decode_op(
-        q, k_cache, indices, topk_length, attn_sink, float(softmax_scale),
-        extra_k_cache, extra_indices, extra_topk_length,
+        q,
+        k_cache,
+        indices,
+        topk_length,
+        attn_sink,
+        float(softmax_scale),
+        extra_k_cache,
+        extra_indices,
+        extra_topk_length,
     )

@@ -1,0 +1,1 @@
+"""The lint gate of make check (gate.py) and the upstream settings it applies (settings.toml)."""
