@@ -243,7 +243,11 @@ def test_base_defaults_to_main_and_a_conflicting_base_is_refused_naming_the_file
     repo, up = later_main, LOCK.upstream("sglang")
     name, _, patch = next(t for t in all_patches(overlay_repo) if t[0] == "sglang" and not t[2].trailer("Depends-On")
                           and exportable(t[2]) and not needs_force(t[2]))
-    rel = up.repo_prefix + patch.paths[0]
+    # the first file whose diff removes a line: main edits that line below to make the patch conflict
+    sections = patch.path.read_text().split("\ndiff --git ")[1:]
+    rel, removed = next((up.repo_prefix + s.split(" b/", 1)[0].removeprefix("a/"), lines) for s in sections
+                        if (lines := [l[1:] for l in s.splitlines()
+                                      if l.startswith("-") and not l.startswith("---") and l[1:].strip()]))
     branch = default_branch(patch)
     # main moved on without touching what the patch changes: the branch is built on main
     _commit_on_main(repo, rel, lambda p: p.write_text(p.read_text() + "\n# a later change at the end\n"))
@@ -258,8 +262,6 @@ def test_base_defaults_to_main_and_a_conflicting_base_is_refused_naming_the_file
     assert git(repo, "rev-parse", f"{branch}^").strip() == git(repo, "rev-parse", up.tag).strip()
     delete_branches(repo, branch)
     # main changed the lines the patch changes: refused in one line naming the file, no branch
-    removed = [l[1:] for l in patch.path.read_text().split("\ndiff --git ", 1)[1].splitlines()
-               if l.startswith("-") and not l.startswith("---") and l[1:].strip()]
     _commit_on_main(repo, rel, lambda p: p.write_text(p.read_text().replace(removed[0], removed[0] + "  # edited", 1)))
     proc = cli(overlay_repo, "export-pr", f"sglang/{patch.name}", "--repo", str(repo))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

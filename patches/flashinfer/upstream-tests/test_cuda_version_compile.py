@@ -18,7 +18,9 @@ def _cuda_version_known() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _cuda_version_known(), reason="no nvcc on PATH and no CUDA build of torch")
+@pytest.mark.skipif(
+    not _cuda_version_known(), reason="no nvcc on PATH and no CUDA build of torch"
+)
 @pytest.mark.parametrize("version", ["11.0", "12.8", "99.0"])
 def test_version_check_under_fullgraph_compile(version):
     def branch(x):
@@ -30,7 +32,9 @@ def test_version_check_under_fullgraph_compile(version):
     assert torch.equal(compiled(torch.zeros(3)), eager)
 
 
-@pytest.mark.skipif(not _cuda_version_known(), reason="no nvcc on PATH and no CUDA build of torch")
+@pytest.mark.skipif(
+    not _cuda_version_known(), reason="no nvcc on PATH and no CUDA build of torch"
+)
 def test_cache_clear_still_resets_the_query():
     first = get_cuda_version()
     get_cuda_version.cache_clear()

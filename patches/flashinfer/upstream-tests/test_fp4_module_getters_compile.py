@@ -11,14 +11,22 @@ import torch
 import flashinfer
 import flashinfer.quantization.fp4_quantization as fp4
 
-GETTERS = ["get_fp4_quantization_module", "get_fp4_kv_quantization_module", "get_fp4_kv_dequantization_module"]
+GETTERS = [
+    "get_fp4_quantization_module",
+    "get_fp4_kv_quantization_module",
+    "get_fp4_kv_dequantization_module",
+]
 
 
 @pytest.mark.parametrize("name", GETTERS)
 def test_getter_is_cached_and_not_traced(name):
     getter = getattr(fp4, name)
-    assert hasattr(getter, "cache_clear"), "functools.cache must stay outermost: an eager hit costs nothing"
-    assert getattr(getter.__wrapped__, "_torchdynamo_disable", False), "Dynamo must not trace the getter"
+    assert hasattr(getter, "cache_clear"), (
+        "functools.cache must stay outermost: an eager hit costs nothing"
+    )
+    assert getattr(getter.__wrapped__, "_torchdynamo_disable", False), (
+        "Dynamo must not trace the getter"
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

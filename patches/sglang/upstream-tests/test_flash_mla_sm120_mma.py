@@ -28,16 +28,26 @@ def _kv_pool(pages: int, page_size: int, gen: torch.Generator) -> torch.Tensor:
     """[pages, page_size, 1, 584] fp8 view of a uint8 pool: token t's 576 data bytes at t*576, its
     scale bytes after all tokens' data (8 per token, 7 used)."""
     n = pages * page_size
-    nope = (torch.randn(n, NOPE, generator=gen) * 100).clamp(-440, 440).to(torch.float8_e4m3fn)
+    nope = (
+        (torch.randn(n, NOPE, generator=gen) * 100)
+        .clamp(-440, 440)
+        .to(torch.float8_e4m3fn)
+    )
     rope = torch.randn(n, ROPE, generator=gen).to(torch.bfloat16)
     scales = torch.randint(116, 122, (n, 7), generator=gen, dtype=torch.uint8)
     page_bytes = math.ceil(page_size * 584 / 576) * 576
     pool = torch.zeros(pages, page_bytes, dtype=torch.uint8)
     body = pool[:, : page_size * 576].view(pages, page_size, 576)
-    body.copy_(torch.cat([nope.view(torch.uint8), rope.view(torch.uint8)], 1).view(pages, page_size, 576))
+    body.copy_(
+        torch.cat([nope.view(torch.uint8), rope.view(torch.uint8)], 1).view(
+            pages, page_size, 576
+        )
+    )
     foot = pool[:, page_size * 576 : page_size * 584].reshape(pages, page_size, 8)
     foot[..., :7] = scales.view(pages, page_size, 7)
-    return pool.view(torch.float8_e4m3fn)[:, : page_size * 584].view(pages, page_size, 1, 584)
+    return pool.view(torch.float8_e4m3fn)[:, : page_size * 584].view(
+        pages, page_size, 1, 584
+    )
 
 
 def _case(batch, heads, topk, extra_topk, device, seed=0):
@@ -50,11 +60,26 @@ def _case(batch, heads, topk, extra_topk, device, seed=0):
     lengths = torch.randint(1, topk + 1, (batch,), generator=gen, dtype=torch.int32)
     extra_idx = extra_len = None
     if extra_topk:
-        extra_idx = torch.randint(0, 256, (batch, 1, extra_topk), generator=gen, dtype=torch.int32)
-        extra_len = torch.randint(0, extra_topk + 1, (batch,), generator=gen, dtype=torch.int32)
+        extra_idx = torch.randint(
+            0, 256, (batch, 1, extra_topk), generator=gen, dtype=torch.int32
+        )
+        extra_len = torch.randint(
+            0, extra_topk + 1, (batch,), generator=gen, dtype=torch.int32
+        )
     sink = torch.randn(heads, generator=gen) * 2
     to = lambda t: None if t is None else t.to(device)  # noqa: E731
-    return (to(q), to(cache), to(idx), to(lengths), to(sink), D, D ** -0.5, to(extra), to(extra_idx), to(extra_len))
+    return (
+        to(q),
+        to(cache),
+        to(idx),
+        to(lengths),
+        to(sink),
+        D,
+        D**-0.5,
+        to(extra),
+        to(extra_idx),
+        to(extra_len),
+    )
 
 
 class TestFlashMLASm120MMA(unittest.TestCase):
@@ -84,7 +109,13 @@ class TestFlashMLASm120MMA(unittest.TestCase):
         for heads in (8, 16, 64):
             for batch in (1, 16, 64):
                 with self.subTest(heads=heads, batch=batch):
-                    self._check(batch=batch, heads=heads, topk=128, extra_topk=512, device="cuda")
+                    self._check(
+                        batch=batch,
+                        heads=heads,
+                        topk=128,
+                        extra_topk=512,
+                        device="cuda",
+                    )
 
 
 if __name__ == "__main__":

@@ -21,11 +21,15 @@ def _check(test, tokens, k, device, route):
     gen = torch.Generator().manual_seed(tokens)
     x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16)
     w = torch.randn(24, k, generator=gen) * 0.02
-    got = mhc_pre_mixes_triton(x.to(device), w.to(device), EPS, route=route).cpu().double()
+    got = (
+        mhc_pre_mixes_triton(x.to(device), w.to(device), EPS, route=route)
+        .cpu()
+        .double()
+    )
     xd, wd = x.double(), w.double()
     rsqrt = torch.rsqrt(xd.square().mean(-1, keepdim=True) + EPS)
     want = (xd @ wd.T * rsqrt).unsqueeze(1)
-    bound = 2.0 ** -8 * rsqrt * (xd.abs() @ wd.abs().T)
+    bound = 2.0**-8 * rsqrt * (xd.abs() @ wd.abs().T)
     test.assertEqual(got.shape, (tokens, 1, 24))
     test.assertTrue(bool(((got - want).abs().squeeze(1) <= bound).all()))
 
