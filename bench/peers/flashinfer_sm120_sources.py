@@ -60,10 +60,14 @@ def extract(wheel: Path, prefixes: list[str], dest: Path) -> int:
 
 def apply_patch(tree: Path, patch: Path) -> None:
     """git apply `patch` (paths relative to the wheel root) in `tree`; checked first, so a patch that
-    does not fit leaves the tree untouched."""
+    does not fit leaves the tree untouched. A file it names that is not there is an error, not a skip."""
+    # Inside a git checkout (build/ is one's), git apply would read the paths from that repository's root
+    # and skip every file outside it without a word: the ceiling keeps git from finding the checkout.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CEILING_DIRECTORIES"] = str(Path(tree).resolve().parent)
     for args in (["--check"], []):
-        proc = subprocess.run(["git", "apply", *args, "-p1", "--unsafe-paths", "--directory=.", str(patch)],
-                              cwd=tree, capture_output=True, text=True)
+        proc = subprocess.run(["git", "apply", *args, "-p1", str(patch)],
+                              cwd=tree, capture_output=True, text=True, env=env)
         if proc.returncode:
             reason = (proc.stderr.strip().splitlines() or [f"git apply exited {proc.returncode}"])[0]
             raise PatchkitError(f"{patch.name} does not apply to the {tree.name} sources: {reason}")
