@@ -36,7 +36,7 @@ def header_tree(flashinfer_wheel, tmp_path) -> Path:
 
 # -- the sources ------------------------------------------------------------------------------------
 
-def test_patch_applies_to_the_real_sources_and_removes_only_the_block_scaled_mma(header_tree):
+def test_patch_applies_to_the_real_sources_and_replaces_the_block_scaled_mma(header_tree):
     header = header_tree / HEADER
     before = header.read_text()
     assert BLOCK_SCALED_PTX in before  # 0.7.2 as shipped: the sm_120a-only instruction
@@ -102,6 +102,43 @@ def test_cli_refuses_a_folder_it_did_not_make(tmp_path, capsys):
     assert [p.name for p in other.iterdir()] == ["keep.txt"]
 
 
+IMPORT_CHAIN = r"""
+import sys
+from pathlib import Path
+from bench.peers import flashinfer_sm120 as peer
+src = Path(sys.argv[1])
+fi = peer._install_flashinfer(src, peer._Library(object()))
+import importlib
+prepared = importlib.import_module("flashinfer.mla._sparse_mla_sm120._prepared")
+assert callable(fi._sparse_mla_sm120_paged_attention) and fi._DECODE_MAX_TOKENS == 64
+assert callable(prepared.device_caps) and isinstance(prepared._functional_plans, dict)
+try:
+    fi.get_sparse_mla_sm120_module().sparse_mla_sm120_dsv41_fp8_quantize_pack()
+except NotImplementedError as exc:
+    assert "not in the peer library" in str(exc)
+else:
+    raise AssertionError("a function the library lacks must raise")
+import math, logging, torch, triton, triton.language as tl
+from harness.upstream import extract_functions
+ns = extract_functions(src / peer.SGLANG_FILE, peer.SGLANG_DEFS, {"torch": torch, "triton": triton, "tl": tl,
+                       "math": math, "Optional": None, "Tuple": None, "FrozenSet": None, "lru_cache": None,
+                       "logger": logging.getLogger("x"), "_sm120_default_backend": "flashinfer"})
+assert ns["SM120_DECODE_MAX_TOKENS"] == 64 and ns["_BYTES_PER_DST_PAGE_PADDED"] == 37440
+print("ok")
+"""
+
+
+def test_the_peer_loads_the_real_policy_and_sglang_call_path_on_its_stand_ins(tmp_path):
+    """FlashInfer 0.7.2's sm_120 policy modules import on the stand-ins (no flashinfer package root), and
+    SGLang 0.5.23's FlashInfer branch compiles out of its file: in a child, whose sys.modules it fills."""
+    import sys
+
+    out = sources.prepare(tmp_path / "peer", log=lambda *_: None)
+    proc = subprocess.run([sys.executable, "-c", IMPORT_CHAIN, str(out)], capture_output=True, text=True,
+                          cwd=sources.REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
 # -- the arithmetic of the replacement ----------------------------------------------------------------
 
 def _e4m3(gen, shape):
@@ -150,6 +187,32 @@ def test_the_shuffle_sources_pick_each_fragments_row_and_column_scale():
     patch = (sources.HERE / SPEC["patch"]).read_text()
     for source in ("row * 4)", "row * 4 + 1)", "col * 4)", "col * 4 + 4)"):
         assert source in patch
+
+
+def test_the_fp4_and_ue8m0_conversions_that_replace_cvt_are_exact():
+    """The DSV4.1 kernels' cvt .e2m1x2 / .ue8m0x2 (sm_100a / sm_120a only), replaced by table and bits:
+    every code gives the value the format defines."""
+    import re
+
+    import numpy as np
+
+    patch = (sources.HERE / SPEC["patch"]).read_text()
+    tables = re.findall(r"kF16\[8\] = \{([^}]*)\}", patch)
+    assert len(tables) == 2 and tables[0] == tables[1]
+    table = [int(x, 16) for x in tables[0].split(",")]
+    for code in range(16):
+        e, m, sign = (code >> 1) & 3, code & 1, -1.0 if code & 8 else 1.0
+        value = sign * (0.5 * m if e == 0 else 2.0 ** (e - 1) * (1 + 0.5 * m))  # E2M1: bias 1, one mantissa bit
+        bits = table[code & 7] | (0x8000 if code & 8 else 0)
+        assert np.array([bits], dtype=np.uint16).view(np.float16)[0] == value, code
+    assert "code == 0 ? 0x0040u : code == 0xFF ? 0x7FFFu : uint32_t(code) << 7" in patch
+    for code in range(256):
+        bits = 0x0040 if code == 0 else 0x7FFF if code == 0xFF else code << 7
+        got = torch.tensor([bits], dtype=torch.int16).view(torch.bfloat16).double().item()
+        if code == 0xFF:
+            assert got != got  # UE8M0 0xFF is NaN
+        else:
+            assert got == 2.0 ** (code - 127), code
 
 
 # -- the patched header compiles for sm_90a --------------------------------------------------------

@@ -19,11 +19,12 @@ SGLang's runtime around them (their package roots are never imported):
 - `AutoTuner` is never in tuning mode and the calibration store is an empty folder: the untuned
   decode-first plan a fresh deployment runs without FlashInfer's calibration pass;
 - SGLang's per-device buffer registry (`sglang.srt.runtime_context.get_resources().buffers`).
-The SM count the plan reads (`_prepared.device_caps`) is set with `set_sm_count`; plans made under
-another count are dropped then.
+The SM count and shared memory the plan reads (`_prepared.device_caps`) are set with `set_sm_count`
+(the shared memory then sm_120's); plans made before are dropped then.
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import sys
@@ -45,6 +46,9 @@ SGLANG_DEFS = [  # what flash_mla_with_kvcache_sm120's FlashInfer branch uses, f
     "_BYTES_PER_DST_PAGE_PADDED", "SM120_DECODE_MAX_TOKENS", "_page_split_kernel", "_page_mark_kernel",
     "_split_kv_pages_to_64", "_flash_mla_flashinfer", "_flash_mla_sm120_prefill", "flash_mla_with_kvcache_sm120",
 ]
+
+
+SM120_SHARED_OPTIN = 101376  # bytes per block an sm_120 kernel may opt into (99 KB; the H200 allows 227 KB)
 
 
 class PeerUnavailable(RuntimeError):
@@ -115,7 +119,6 @@ def _install_flashinfer(src: Path, library) -> types.ModuleType:
         for fmt in ("fp4", "fp8") for op in ("pack", "append")})
     _module("flashinfer.utils", register_custom_op=_passthrough_decorator, register_fake_op=_passthrough_decorator,
             supported_compute_capability=lambda _ccs: (lambda fn: fn))
-    import importlib
 
     return importlib.import_module("flashinfer.mla._sparse_mla_sm120")
 
@@ -131,25 +134,28 @@ def _install_sglang_buffers() -> None:
 
 
 class Peer:
-    def __init__(self, src: Path, fi, sgl: dict):
-        self.src, self.fi, self.sgl = src, fi, sgl
-        self._prepared = sys.modules["flashinfer.mla._sparse_mla_sm120._prepared"]
+    def __init__(self, src: Path, fi, sgl: dict, tvm_ffi):
+        self.src, self.fi, self.sgl, self.tvm_ffi = src, fi, sgl, tvm_ffi
+        self._prepared = importlib.import_module("flashinfer.mla._sparse_mla_sm120._prepared")  # imported lazily upstream
         self._real_caps = self._prepared.device_caps
         self.sm_count: int | None = None
 
     def set_sm_count(self, sm_count: int | None) -> None:
-        """The SM count FlashInfer's plan and split heuristic see (None: the GPU's own)."""
-        caps = self._real_caps
+        """The SM count FlashInfer's plan and split heuristic see, with sm_120's opt-in shared memory per
+        block (None: this GPU's own two)."""
         if sm_count is None:
-            self._prepared.device_caps = caps
+            self._prepared.device_caps = self._real_caps
         else:
-            self._prepared.device_caps = lambda device: (int(sm_count), caps(device)[1])
+            self._prepared.device_caps = lambda _device: (int(sm_count), SM120_SHARED_OPTIN)
         self._prepared._functional_plans.clear()
         self.sm_count = sm_count
 
     def decode(self, **kwargs):
-        """SGLang 0.5.23's flash_mla_with_kvcache_sm120 (FlashInfer backend): (out [B,1,H,512] bf16, None)."""
-        return self.sgl["flash_mla_with_kvcache_sm120"](**kwargs)
+        """SGLang 0.5.23's flash_mla_with_kvcache_sm120 (FlashInfer backend): (out [B,1,H,512] bf16, None).
+        The library launches on torch's current stream (a graph being captured included) whether or not
+        this torch hands tvm-ffi its stream with the tensors."""
+        with self.tvm_ffi.use_torch_stream():
+            return self.sgl["flash_mla_with_kvcache_sm120"](**kwargs)
 
     def pages_of_64(self, k_cache: torch.Tensor) -> torch.Tensor:
         """A [pages*P/64, 64, 1, 584] copy of a P-token-page cache, by SGLang's own page split: the layout
@@ -184,4 +190,4 @@ def load_peer(src: Path) -> Peer:
                  "FrozenSet": FrozenSet, "lru_cache": lru_cache, "logger": logging.getLogger("peer.sglang"),
                  "_sm120_default_backend": "flashinfer"}
     sgl = extract_functions(src / SGLANG_FILE, SGLANG_DEFS, namespace)
-    return Peer(src, fi, sgl)
+    return Peer(src, fi, sgl, tvm_ffi)

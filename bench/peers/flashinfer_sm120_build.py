@@ -8,7 +8,8 @@ FlashInfer's own `gen_sparse_mla_sm120_module` that hold the sparse-MLA attentio
 prefill, their resolver and FFI binding), compiled with the flags its JIT uses (c++17, -O3,
 -use_fast_math, its bundled CCCL first) but for ARCH, and linked into SRC/lib/sparse_mla_sm120_ARCH.so
 against the tvm-ffi library of SRC/site. One nvcc per unit, JOBS at a time. `--only` compiles one
-unit to an object file and links nothing (the CPU-side proof that the patched sources compile).
+unit to an object file and links nothing (the CPU-side proof that the patched sources compile); a
+later full build reuses such objects, then deletes them once the library is linked.
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def nvcc() -> str:
 def compile_unit(src: Path, unit: str, arch: str, objdir: Path, extra: list[str]) -> tuple[Path, float]:
     cu = src / "flashinfer" / "data" / "csrc" / unit
     obj = objdir / (unit.replace("/", "__") + f".{arch}.o")
+    if not extra and obj.exists() and obj.stat().st_mtime > (src / STAMP).stat().st_mtime:
+        return obj, 0.0  # compiled from these very sources (--only runs, one unit at a time)
     cmd = [nvcc(), *NVCC_FLAGS, f"-gencode=arch=compute_{arch[3:]},code={arch}", *include_flags(src),
            *extra, "-c", str(cu), "-o", str(obj)]
     start = time.time()
@@ -96,7 +99,9 @@ def build(src: Path, arch: str = "sm_90a", jobs: int = 0, only: str | None = Non
     if only:
         return results[0][1]
     out = link(src, [obj for _, obj, _ in results], arch)
-    print(f"built {out}")
+    for _, obj, _ in results:  # the library is what travels; the objects would double it
+        obj.unlink()
+    print(f"built {out} ({out.stat().st_size / 2**20:.1f} MiB)")
     return out
 
 
