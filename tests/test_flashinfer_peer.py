@@ -139,6 +139,46 @@ def test_the_peer_loads_the_real_policy_and_sglang_call_path_on_its_stand_ins(tm
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+PAGE_SPLIT = r"""
+import sys, math, logging
+from pathlib import Path
+import torch, triton, triton.language as tl
+from bench.peers import flashinfer_sm120 as peer
+from harness.upstream import extract_functions
+from tests.mma_decode_cases import make_kv_pool, kernel_view
+src = Path(sys.argv[1])
+peer._install_sglang_buffers()
+ns = extract_functions(src / peer.SGLANG_FILE, peer.SGLANG_DEFS, {"torch": torch, "triton": triton, "tl": tl,
+                       "math": math, "Optional": None, "Tuple": None, "FrozenSet": None, "lru_cache": None,
+                       "logger": logging.getLogger("x"), "_sm120_default_backend": "flashinfer"})
+pool = make_kv_pool(2, 256, torch.Generator().manual_seed(0))
+k = kernel_view(pool, 256)
+out = ns["_split_kv_pages_to_64"](k.view(torch.uint8), 256, touched_indices=None)
+flat = pool.reshape(-1)
+for t in (0, 1, 63, 64, 255, 256, 511):
+    page, off = divmod(t, 256)
+    src_data = pool[page, off*576:(off+1)*576]; src_sc = pool[page, 256*576 + off*8: 256*576+off*8+8]
+    dp, do = divmod(t, 64)
+    base = out.as_strided((out.shape[0], 37440), (37440, 1))[dp]
+    assert torch.equal(base[do*576:(do+1)*576], src_data), t
+    assert torch.equal(base[64*576 + do*8: 64*576 + do*8 + 8], src_sc), t
+print("ok")
+"""
+
+
+def test_sglangs_page_split_feeds_the_peer_64_token_pages(tmp_path):
+    """SGLang 0.5.23's 256 -> 64 token page split (its Triton kernels, here under the interpreter): each
+    token's 576 data bytes and 8 scale bytes land where a 64-token page of the same layout keeps them."""
+    import os
+    import sys
+
+    out = sources.prepare(tmp_path / "peer", log=lambda *_: None)
+    env = dict(os.environ, TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"), PYTHONPATH=str(sources.REPO))
+    proc = subprocess.run([sys.executable, "-c", PAGE_SPLIT, str(out)], capture_output=True, text=True,
+                          cwd=sources.REPO, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
 # -- the arithmetic of the replacement ----------------------------------------------------------------
 
 def _e4m3(gen, shape):

@@ -183,7 +183,10 @@ def load_peer(src: Path) -> Peer:
         import tvm_ffi
     except ImportError as exc:
         raise PeerUnavailable(f"tvm_ffi does not import ({exc})") from exc
-    library = _Library(tvm_ffi.load_module(str(lib)))
+    try:
+        library = _Library(tvm_ffi.load_module(str(lib)))
+    except Exception as exc:  # a library built on another machine that does not load here, say
+        raise PeerUnavailable(f"{lib.name} does not load ({type(exc).__name__}: {str(exc)[:200]})") from exc
     fi = _install_flashinfer(src, library)
     _install_sglang_buffers()
     namespace = {"torch": torch, "triton": triton, "tl": tl, "math": math, "Optional": Optional, "Tuple": Tuple,
