@@ -70,7 +70,8 @@ def link(src: Path, objs: list[Path], arch: str) -> Path:
     out = library_path(src, arch)
     lib = src / "site" / "tvm_ffi" / "lib"
     cuda = Path(nvcc()).resolve().parents[1]
-    cmd = [nvcc(), "-shared", "-o", str(out), *map(str, objs), f"-L{lib}", "-ltvm_ffi", f"-Xlinker=-rpath,{lib}",
+    cmd = [nvcc(), "-shared", "--cudart=shared", "-o", str(out), *map(str, objs), f"-L{lib}", "-ltvm_ffi",
+           "-Xlinker=-rpath,$ORIGIN/../site/tvm_ffi/lib",  # relative: the folder travels whole to the GPU box
            f"-L{cuda / 'lib64'}", f"-L{cuda / 'lib64' / 'stubs'}", "-lcudart", "-lcuda", "-Xlinker=--no-undefined"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
