@@ -90,6 +90,8 @@ def test_patch_applies_inside_a_git_checkout(flashinfer_wheel, tmp_path):
     assert BLOCK_SCALED_PTX not in (tree / HEADER).read_text()
     converts = (tree / HEADER.replace("arch/mma_sm120", "compute/packed_to_bf16")).read_text()
     assert "cvt.rn.bf16x2.ue8m0x2" not in converts and "cvt.rn.f16x2.e2m1x2" not in converts
+    loads = (tree / HEADER.replace("mma_sm120", "matrix_memory")).read_text()
+    assert "ldmatrix.sync.aligned.m16n16.x2.trans.shared.b8" not in loads and "__trap();" in loads
 
 
 def test_cli_refuses_a_folder_it_did_not_make(tmp_path, capsys):

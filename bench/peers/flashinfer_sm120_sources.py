@@ -7,8 +7,11 @@ the shared artifact cache) and must hash as that file says. From them OUT gets: 
 headers, the sparse_mla_sm120 sources, its bundled CCCL and its sm_120 sparse-MLA Python policy
 (OUT/flashinfer/...); SGLang 0.5.23's flash_mla_sm120.py (OUT/sglang/...); the apache-tvm-ffi
 wheel the GPU box's python3 (3.12) loads the module with (OUT/site/tvm_ffi). Then the one source
-patch (flashinfer_sm120_sm90a.patch: the block-scaled FP8 MMA -> its exact sm_90a equivalent) is
-applied. OUT is written only whole: the tree is built beside it and renamed into place.
+patch, flashinfer_sm120_sm90a.patch, takes out what sm_90a lacks: the block-scaled FP8 MMA (the DSV4
+decode's QK) becomes its exact equivalent (unscaled e4m3 MMA, then the power-of-two scales); the
+cvt .e2m1x2 / .ue8m0x2 conversions of the DSV4.1 kernels become exact tables; the 8-bit ldmatrix /
+stmatrix of the swapAB prefill (DSV3.2 family only; FlashInfer never picks it for DSV4) trap. OUT is
+written only whole: the tree is built beside it and renamed into place.
 """
 from __future__ import annotations
 
