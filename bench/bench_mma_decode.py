@@ -336,6 +336,8 @@ def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
         peer.set_sm_count(sm)
         try:
             row[f"fi{sm}_err"] = rel_err(call(0)[0], ref)
+            facts = peer.plan_facts()
+            row[f"fi{sm}_plan"] = {k: facts.get(k) for k in ("implementation", "variant", "cpb", "active_splits")}
             row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)])
         except Exception as exc:  # report, keep benchmarking the rest
             row[f"fi{sm}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -350,10 +352,12 @@ def print_peer_table(rows, sms):
           + " | ".join(f"{n} / ours" for n in names) + " | rel. error vs float64: ours / "
           + " / ".join(f"FI@{sm}" for sm in sms) + " / FlashMLA |")
     print("|---|---:|" + "---:|" * len(sms) + "---:|" + "---:|" * len(sms) + "---|")
+    splits = lambda r, sm: (r.get(f"fi{sm}_plan") or {}).get("active_splits")  # noqa: E731
     for r in rows:
         errs = [r.get("mma_err")] + [r.get(f"fi{sm}_err") for sm in sms] + [r.get("flashmla_err")]
         ratios = [r[f"fi{sm}_us"] / r["mma_us"] if r.get(f"fi{sm}_us") else None for sm in sms]
-        print(f"| {r['shape']} | {fmt(r['mma_us'])} | " + " | ".join(fmt(r.get(f"fi{sm}_us")) for sm in sms)
+        print(f"| {r['shape']} | {fmt(r['mma_us'])} | "
+              + " | ".join(f"{fmt(r.get(f'fi{sm}_us'))} ({splits(r, sm)} splits)" for sm in sms)
               + f" | {fmt(r.get('flashmla_us'))} | " + " | ".join(fmt(x, 2) for x in ratios) + " | "
               + " / ".join("fail" if isinstance(e, str) else "-" if e is None else f"{e:.1e}" for e in errs) + " |")
 

@@ -181,6 +181,47 @@ def test_sglangs_page_split_feeds_the_peer_64_token_pages(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+SPLITS = r"""
+import sys
+from pathlib import Path
+import tvm_ffi
+from bench.peers import flashinfer_sm120 as peer
+from bench.peers.flashinfer_sm120_build import library_path
+src = Path(sys.argv[1])
+peer._install_flashinfer(src, peer._Library(tvm_ffi.load_module(str(library_path(src, "sm_90a")))))
+ex = sys.modules["flashinfer.mla._sparse_mla_sm120._execution"]
+model = ex.resolve_model_type(512, "auto")
+for tokens, heads in ((16, 16), (64, 8)):
+    facts = {}
+    for sm in (132, 188):
+        plan = ex.resolve_attention(model=model, tokens=tokens, heads=heads, topk=128, extra_topk=512, page_size=64,
+            extra_page_size=64, page_stride_bytes=37440, extra_page_stride_bytes=37440, row_stride_bytes=584,
+            indices_stride=128, extra_indices_stride=512, lse_stride=heads, has_lengths=True,
+            has_extra_lengths=True, has_sink=True, extra_fp4=False, variant=0, precision="default", cpb=0,
+            sm_count=sm, max_shared_bytes=peer.SM120_SHARED_OPTIN)
+        facts[sm] = dict(plan.inspect())
+        f = facts[sm]
+        assert f["cpb"] * f["active_splits"] >= 10 > f["cpb"] * (f["active_splits"] - 1), f  # 2 + 8 chunks of 64
+        assert f["shared_bytes"] <= peer.SM120_SHARED_OPTIN, f
+    assert facts[132]["active_splits"] < facts[188]["active_splits"], facts  # more SMs, more splits
+print("ok")
+"""
+
+
+def test_the_split_heuristic_sees_the_sm_count_it_is_given():
+    """FlashInfer's C++ decode resolver, from the library the build made (skipped where none was built
+    for sm_90a): the SM count it is handed changes the split count, within sm_120's shared memory."""
+    import sys
+
+    from bench.peers.flashinfer_sm120_build import library_path
+
+    src = sources.DEFAULT_OUT
+    if not library_path(src, "sm_90a").exists():
+        pytest.skip(f"no peer library in {src} (python3 -m bench.peers.flashinfer_sm120_build)")
+    proc = subprocess.run([sys.executable, "-c", SPLITS, str(src)], capture_output=True, text=True, cwd=sources.REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
 # -- the arithmetic of the replacement ----------------------------------------------------------------
 
 def _e4m3(gen, shape):

@@ -150,6 +150,12 @@ class Peer:
         self._prepared._functional_plans.clear()
         self.sm_count = sm_count
 
+    def plan_facts(self) -> dict:
+        """What FlashInfer's resolver planned for the shape called last since set_sm_count (route,
+        implementation, cpb = candidate chunks per split, active_splits, shared_bytes, ...)."""
+        plans = list(self._prepared._functional_plans.values())
+        return dict(plans[-1].plan.inspect()) if plans else {}
+
     def decode(self, **kwargs):
         """SGLang 0.5.23's flash_mla_with_kvcache_sm120 (FlashInfer backend): (out [B,1,H,512] bf16, None).
         The library launches on torch's current stream (a graph being captured included) whether or not

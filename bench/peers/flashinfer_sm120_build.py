@@ -50,6 +50,14 @@ def nvcc() -> str:
     return str(found)
 
 
+def cuda_home() -> Path:
+    """The toolkit whose libcudart the library links: $CUDA_HOME, /usr/local/cuda, or nvcc's parent."""
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", str(Path(nvcc()).resolve().parents[1])):
+        if home and (Path(home) / "lib64" / "libcudart.so").exists():
+            return Path(home)
+    raise SystemExit("error: expected lib64/libcudart.so under $CUDA_HOME, /usr/local/cuda or nvcc's folder, found none")
+
+
 def compile_unit(src: Path, unit: str, arch: str, objdir: Path, extra: list[str]) -> tuple[Path, float]:
     cu = src / "flashinfer" / "data" / "csrc" / unit
     obj = objdir / (unit.replace("/", "__") + f".{arch}.o")
@@ -69,10 +77,10 @@ def compile_unit(src: Path, unit: str, arch: str, objdir: Path, extra: list[str]
 def link(src: Path, objs: list[Path], arch: str) -> Path:
     out = library_path(src, arch)
     lib = src / "site" / "tvm_ffi" / "lib"
-    cuda = Path(nvcc()).resolve().parents[1]
+    # No -lcuda: these units call no driver API (FlashInfer's JIT links it for other modules).
     cmd = [nvcc(), "-shared", "--cudart=shared", "-o", str(out), *map(str, objs), f"-L{lib}", "-ltvm_ffi",
            "-Xlinker=-rpath,$ORIGIN/../site/tvm_ffi/lib",  # relative: the folder travels whole to the GPU box
-           f"-L{cuda / 'lib64'}", f"-L{cuda / 'lib64' / 'stubs'}", "-lcudart", "-lcuda", "-Xlinker=--no-undefined"]
+           f"-L{cuda_home() / 'lib64'}", "-lcudart", "-Xlinker=--no-undefined"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"link failed:\n{proc.stderr[-6000:]}")
