@@ -7,7 +7,7 @@
 
 What runs is upstream code, unchanged: SGLang's `flash_mla_with_kvcache_sm120` with its FlashInfer
 backend (`_flash_mla_flashinfer` for batches <= 64, `_flash_mla_sm120_prefill` above, the 256 -> 64
-token page split), compiled from its 0.7.2 file; FlashInfer's `_sparse_mla_sm120_paged_attention`
+token page split), compiled out of its 0.5.23 file; FlashInfer's `_sparse_mla_sm120_paged_attention`
 and the policy behind it (metadata validation, plan, the C++ split heuristic) from the 0.7.2 wheel;
 the kernels from the library flashinfer_sm120_build made. What stands in for FlashInfer's and
 SGLang's runtime around them (their package roots are never imported):
@@ -42,11 +42,10 @@ from harness.upstream import extract_functions
 
 SGLANG_FILE = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 SGLANG_DEFS = [  # what flash_mla_with_kvcache_sm120's FlashInfer branch uses, from SGLang 0.5.23
-    "_NOPE_DIM", "_ROPE_DIM", "_NOPE_ROPE_STRIDE", "_TILE_SIZE", "_NUM_TILES", "_SCALE_STRIDE", "_PBS_SRC", "_PBS_DST", "_BYTES_PER_DST_PAGE",
-    "_BYTES_PER_DST_PAGE_PADDED", "SM120_DECODE_MAX_TOKENS", "_page_split_kernel", "_page_mark_kernel",
+    "_NOPE_DIM", "_ROPE_DIM", "_NOPE_ROPE_STRIDE", "_TILE_SIZE", "_NUM_TILES", "_SCALE_STRIDE", "_PBS_SRC",
+    "_PBS_DST", "_BYTES_PER_DST_PAGE", "_BYTES_PER_DST_PAGE_PADDED", "SM120_DECODE_MAX_TOKENS", "_page_split_kernel", "_page_mark_kernel",
     "_split_kv_pages_to_64", "_flash_mla_flashinfer", "_flash_mla_sm120_prefill", "flash_mla_with_kvcache_sm120",
 ]
-
 
 SM120_SHARED_OPTIN = 101376  # bytes per block an sm_120 kernel may opt into (99 KB; the H200 allows 227 KB)
 
@@ -165,7 +164,8 @@ class Peer:
 
     def pages_of_64(self, k_cache: torch.Tensor) -> torch.Tensor:
         """A [pages*P/64, 64, 1, 584] copy of a P-token-page cache, by SGLang's own page split: the layout
-        SGLANG_OPT_SM120_DIRECT_SWA_KV=1 allocates, so decode() then copies nothing per call."""
+        SGLANG_OPT_SM120_DIRECT_SWA_KV=1 allocates, so decode() then copies nothing per call. It is SGLang's
+        per-device split buffer, which a decode() of P-token pages rewrites (with the same bytes)."""
         kv_u8 = k_cache.view(torch.uint8)
         return self.sgl["_split_kv_pages_to_64"](kv_u8, k_cache.shape[1], touched_indices=None)
 
