@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import os
 import sys
 import tempfile
 import types
@@ -185,6 +186,11 @@ def load_peer(src: Path) -> Peer:
     site = src / "site"
     if str(site) not in sys.path:
         sys.path.insert(0, str(site))
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        # A torch without the native DLPack exchange API: tvm-ffi would JIT-compile an addon at import
+        # (a minute, a compiler). Its __dlpack__ fallback does no stream sync (graph capture is safe) and
+        # decode() hands it torch's stream; eager per-call cost only, which graph replay never sees.
+        os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
     try:
         import tvm_ffi
     except ImportError as exc:
