@@ -10,7 +10,10 @@ roofline is the KV bytes a call must read (584 per valid token) over the copy ba
 measured in the same run. The upstream kernel is loaded from the pinned sglang wheel;
 FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
 A candidate kernel variant is timed as a config of the overlay module (`--configs`), next to the
-shipped dispatch and with its error against float64.
+shipped dispatch and with its error against float64. FlashMLA runs below 64 heads with q padded to 64
+heads, as SGLang does at TP > 1. The FlashInfer 0.7.2 sm_120 decode SGLang 0.5.23 defaults to is a
+peer column per `--peer-sms` SM count (its split heuristic's input) where bench/peers built it for
+this GPU (`--peer`, default build/peer-flashinfer), fed 64-token pages (SGLANG_OPT_SM120_DIRECT_SWA_KV=1).
 """
 from __future__ import annotations
 
@@ -185,6 +188,10 @@ def main() -> None:
                          "of unused shared memory per program (sm_120 occupancy on the H200)")
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
+    ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
+                    help="the FlashInfer sm_120 peer's folder (bench.peers.flashinfer_sm120_sources + _build)")
+    ap.add_argument("--peer-sms", default="132,188",
+                    help="SM counts the peer's split heuristic is run with, one column each (132: H200, 188: RTX PRO 6000)")
     ap.add_argument("--plot-from", type=Path, metavar="JSON",
                     help="time nothing: draw the plot of a saved bench_mma_decode.json, 'ours' being the config "
                          "pick_config picks now where the run timed it as a --configs column")
@@ -201,6 +208,7 @@ def main() -> None:
     upstream = None if args.no_upstream else load_upstream()
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
+    peer, peer_sms = load_flashinfer_peer(args.peer), [int(n) for n in args.peer_sms.split(",") if n]
     bw = copy_bandwidth()
     print(f"copy bandwidth (read+write): {bw / 1e12:.2f} TB/s")
 
@@ -209,6 +217,8 @@ def main() -> None:
         256: make_pool(16384, 256, gen),  # 2.4 GB
         64: make_pool(32768, 64, gen),  # 1.2 GB
     }
+    # The peer reads the 256-token pool as 64-token pages (a 2.4 GB copy made once, by SGLang's split).
+    peer_kv = peer.pages_of_64(kv_view(pools[256], 256)) if peer else None
 
     heads = [int(h) for h in args.heads.split(",") if h]
     topk_heads = [int(h) for h in args.topk_heads.split(",") if h]
@@ -238,15 +248,21 @@ def main() -> None:
             reps = 3 if s.B * s.H >= 64 * 64 else 10
             row["upstream_us"] = graph_time_us(
                 [lambda i=i: upstream.flash_mla_sparse_decode_triton(*inp.args(i)) for i in range(ROTATE)], reps)
-        if fm_call is not None and s.H in (64, 128):
+        if fm_call is not None and s.H <= 128:
             metas = [fm_meta()[0] for _ in range(ROTATE)]
+            pad = 64 - s.H if s.H < 64 else 0  # FlashMLA's SM90 kernel takes 64 or 128 heads
 
             def fm(i):
                 a = inp.args(i)
-                return fm_call(a[0], a[1], None, None, 512, metas[i], None, SCALE, False, True,
-                               indices=a[2], attn_sink=a[4], extra_k_cache=a[7],
-                               extra_indices_in_kvcache=a[8], topk_length=a[3],
-                               extra_topk_length=a[9], use_legacy=True)
+                q, sink = a[0], a[4]
+                if pad:
+                    q = torch.nn.functional.pad(q, (0, 0, 0, pad))
+                    sink = torch.nn.functional.pad(sink, (0, pad))
+                out = fm_call(q, a[1], None, None, 512, metas[i], None, SCALE, False, True,
+                              indices=a[2], attn_sink=sink, extra_k_cache=a[7],
+                              extra_indices_in_kvcache=a[8], topk_length=a[3],
+                              extra_topk_length=a[9], use_legacy=True)
+                return (out[0][:, :, : s.H],) + tuple(out[1:])
 
             try:
                 row["flashmla_err"] = rel_err(fm(0)[0], ref)
@@ -254,6 +270,8 @@ def main() -> None:
             except Exception as exc:
                 row["flashmla_err"] = f"{type(exc).__name__}: {exc}"[:200]
                 print("flashmla failed:", row["flashmla_err"])
+        if peer is not None:
+            time_peer(peer, peer_sms, inp, peer_kv, ref, row)
         rows.append(row)
         print(json.dumps(row), flush=True)
         del inp, ref
@@ -286,9 +304,62 @@ def main() -> None:
 
     (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
     print_table(rows, bw)
+    if peer is not None:
+        print_peer_table(rows, peer_sms)
     if configs:
         print_config_table(rows, configs)
     draw_plot(rows, args.plot or out_dir / "bench_mma_decode.png")
+
+
+def load_flashinfer_peer(src: Path):
+    """The FlashInfer sm_120 peer, or None after one line saying why it is not run."""
+    from bench.peers.flashinfer_sm120 import PeerUnavailable, load_peer
+
+    try:
+        peer = load_peer(src)
+    except PeerUnavailable as exc:
+        print(f"flashinfer sm_120 peer: not run ({exc})")
+        return None
+    print(f"flashinfer sm_120 peer: {src} (FlashInfer 0.7.2 built for this GPU, called as SGLang 0.5.23 does)")
+    return peer
+
+
+def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
+    """Per SM count: the peer's error against float64 and its time, as row['fi<SMs>_err' / '_us']."""
+    def call(i):
+        a = inp.args(i)
+        return peer.decode(q=a[0], k_cache=peer_kv, indices=a[2], topk_length=a[3], attn_sink=a[4],
+                           head_dim_v=512, softmax_scale=SCALE, extra_k_cache=a[7],
+                           extra_indices_in_kvcache=a[8], extra_topk_length=a[9])
+
+    for sm in sms:
+        peer.set_sm_count(sm)
+        try:
+            row[f"fi{sm}_err"] = rel_err(call(0)[0], ref)
+            facts = peer.plan_facts()
+            row[f"fi{sm}_plan"] = {k: facts.get(k) for k in ("implementation", "variant", "cpb", "active_splits")}
+            row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)])
+        except Exception as exc:  # report, keep benchmarking the rest
+            row[f"fi{sm}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"flashinfer peer ({sm} SMs) failed:", row[f"fi{sm}_fail"])
+    peer.set_sm_count(None)
+
+
+def print_peer_table(rows, sms):
+    print()
+    names = [f"FlashInfer 0.7.2 @{sm} SMs" for sm in sms]
+    print("| shape | ours (us) | " + " | ".join(f"{n} (us)" for n in names) + " | FlashMLA SM90 (us) | "
+          + " | ".join(f"{n} / ours" for n in names) + " | rel. error vs float64: ours / "
+          + " / ".join(f"FI@{sm}" for sm in sms) + " / FlashMLA |")
+    print("|---|---:|" + "---:|" * len(sms) + "---:|" + "---:|" * len(sms) + "---|")
+    splits = lambda r, sm: (r.get(f"fi{sm}_plan") or {}).get("active_splits")  # noqa: E731
+    for r in rows:
+        errs = [r.get("mma_err")] + [r.get(f"fi{sm}_err") for sm in sms] + [r.get("flashmla_err")]
+        ratios = [r[f"fi{sm}_us"] / r["mma_us"] if r.get(f"fi{sm}_us") else None for sm in sms]
+        print(f"| {r['shape']} | {fmt(r['mma_us'])} | "
+              + " | ".join(f"{fmt(r.get(f'fi{sm}_us'))} ({splits(r, sm)} splits)" for sm in sms)
+              + f" | {fmt(r.get('flashmla_us'))} | " + " | ".join(fmt(x, 2) for x in ratios) + " | "
+              + " / ".join("fail" if isinstance(e, str) else "-" if e is None else f"{e:.1e}" for e in errs) + " |")
 
 
 def draw_plot(rows, path):

@@ -77,6 +77,9 @@ def plot_mma_decode(rows: list[dict], out: Path) -> None:
             continue
         bs = [r["B"] for r in rs]
         ax[0].plot(bs, [r["mma_us"] for r in rs], style, label=f"ours H={H}")
+        for key in sorted({k for r in rs for k in r if k.startswith("fi") and k.endswith("_us")}):  # bench/peers
+            ax[0].plot(bs, [r.get(key) or float("nan") for r in rs], style[0] + ":", alpha=0.6,
+                       label=f"FlashInfer 0.7.2 sm_120 @{key[2:-3]} SMs H={H}")
         if H == 64:
             ax[0].plot(bs, [r.get("upstream_us") or float("nan") for r in rs], "x--", label="upstream per-head H=64")
             ax[0].plot(bs, [r.get("flashmla_us") or float("nan") for r in rs], "d--", label="FlashMLA SM90 H=64")
