@@ -25,6 +25,16 @@ chosen sglang modules finish loading:
 * tilelang not importable -- `sglang.srt.layers.mhc.hc_split_sinkhorn` (TileLang only, called by
   every DeepSeek-V4 hc_pre) is replaced by serving/hc_sinkhorn.py.
 
+* OVERLAY_DUMMY_INIT=scaled (TEST ONLY) -- `--load-format dummy` fills the weights with
+  serving/dummy_init.py's deterministic by-role values instead of sglang's U(-1e-3, 1e-3), so the
+  next-token distribution depends on attention (the loader's `initialize_dummy_weights` is rebound).
+
+* OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split (TEST ONLY, the red runs of the live
+  comparison) -- the sm_120 sparse-decode dispatcher is wrapped so that its output is zeroed, the
+  per-head sink is not passed (as a kernel that ignored it), or the last of DROP_SPLITS equal splits
+  of each row's valid top-k positions is masked (-1, as a kernel that dropped one split's partial
+  result). Never set by any shipped code path; each server that has it says so in its log.
+
 Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].
 """
 from __future__ import annotations
@@ -36,6 +46,12 @@ import os
 import sys
 
 EMULATE_ENV = "OVERLAY_EMULATE_SM120"
+DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/dummy_init.py (TEST ONLY)
+BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split (TEST ONLY)
+BREAK_MODES = ("zero-attn", "no-sink", "drop-split")
+DROP_SPLITS = 4
+LOADER = "sglang.srt.model_loader.loader"
+DECODE = "sglang.srt.layers.attention.flash_mla_sm120"
 SINKHORN_ENV = "OVERLAY_HC_SINKHORN"       # triton (default on CUDA) | torch | off
 TAG = "[overlay-boxhooks]"
 
@@ -185,6 +201,75 @@ def _patch_mhc(module) -> None:
         f"serving/hc_sinkhorn.py ({route}; same arithmetic as the TileLang kernel)")
 
 
+def _load_sibling(name: str, filename: str):
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(here, filename))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _patch_loader(module) -> None:
+    impl = _load_sibling("overlay_dummy_init", "dummy_init.py")
+
+    def initialize_dummy_weights(model, *args, **kwargs):
+        counts = impl.initialize_model(model, *args, **kwargs)
+        say(f"{DUMMY_INIT_ENV}=scaled: TEST ONLY dummy weights by role: {impl.summary(counts)}")
+        return counts
+
+    module.initialize_dummy_weights = initialize_dummy_weights
+    say(f"{DUMMY_INIT_ENV}=scaled: {LOADER}.initialize_dummy_weights rebound to serving/dummy_init.py (TEST ONLY)")
+
+
+def drop_last_split(indices, topk_length=None, splits: int = DROP_SPLITS):
+    """indices with the last of `splits` equal parts of each row's valid positions set to -1.
+
+    A row's valid length is topk_length where given, else its count of indices >= 0 (valid entries
+    first, as the top-k lists are). Graph-safe: torch ops only, no host sync."""
+    import torch
+
+    n = indices.shape[-1]
+    if topk_length is not None:
+        length = topk_length.to(torch.int64).reshape(*topk_length.shape, *([1] * (indices.dim() - topk_length.dim())))
+    else:
+        length = (indices >= 0).sum(-1, keepdim=True)
+    pos = torch.arange(n, device=indices.device)
+    dropped = (pos >= length - length // splits) & (pos < length)
+    return torch.where(dropped, torch.full_like(indices, -1), indices)
+
+
+def _break_decode(module) -> None:
+    mode = os.environ.get(BREAK_ENV, "")
+    name = SM120_ENTRY_POINTS[DECODE][0]
+    inner = getattr(module, name, None)
+    if inner is None or getattr(inner, "overlay_broken", False):
+        return
+
+    @functools.wraps(inner)
+    def broken(*args, **kwargs):
+        if mode == "no-sink":
+            kwargs["attn_sink"] = None
+        elif mode == "drop-split":
+            kwargs["indices"] = drop_last_split(kwargs["indices"], kwargs.get("topk_length"))
+        out, lse = inner(*args, **kwargs)
+        if mode == "zero-attn":
+            out = out.new_zeros(out.shape)
+        return out, lse
+
+    broken.overlay_broken = True
+    setattr(module, name, broken)
+    say(f"WARNING {BREAK_ENV}={mode}: TEST ONLY -- {DECODE}.{name} deliberately broken "
+        f"({'output zeroed' if mode == 'zero-attn' else 'sink not passed' if mode == 'no-sink' else f'last of {DROP_SPLITS} splits masked'})")
+
+
+def break_mode(environ=os.environ) -> str:
+    mode = environ.get(BREAK_ENV, "")
+    if mode and mode not in BREAK_MODES:
+        raise ValueError(f"{BREAK_ENV}: expected one of {', '.join(BREAK_MODES)}, found {mode!r}")
+    return mode
+
+
 # -- the post-import machinery ---------------------------------------------------------------
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -237,6 +322,12 @@ def patches_for(environ=os.environ) -> dict:
             patches.setdefault(name, []).append(_trace_entry)
     if sinkhorn_wanted(environ):
         patches.setdefault(MHC, []).append(_patch_mhc)
+    if environ.get(DUMMY_INIT_ENV, "") not in ("", "scaled"):
+        raise ValueError(f"{DUMMY_INIT_ENV}: expected scaled, found {environ[DUMMY_INIT_ENV]!r}")
+    if environ.get(DUMMY_INIT_ENV) == "scaled":
+        patches.setdefault(LOADER, []).append(_patch_loader)
+    if break_mode(environ):
+        patches.setdefault(DECODE, []).append(_break_decode)   # after _trace_entry: wraps the traced entry
     return patches
 
 
