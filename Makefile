@@ -24,7 +24,7 @@ help:
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
 	@echo "           [GRAPH_MAX_BS=n] [SGLANG_ARGS="--max-total-tokens 65536"]   fewer graphs / more sglang flags"
-	@echo "make bench-e2e [BUNDLE=dir] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
+	@echo "make bench-e2e [BUNDLE=dir | PINNED_PYTHON=py] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make clean      remove build/ and $(VENV)"
@@ -124,8 +124,10 @@ smoke:
 # End-to-end decode throughput, pinned vs patched (python -m bench.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both
 E2E_ARGS ?=
+# Without BUNDLE the pinned baseline needs PINNED_PYTHON (an unpatched sglang's interpreter); else it is refused.
+PINNED_PYTHON ?=
 bench-e2e:
-	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
+	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)
