@@ -29,11 +29,13 @@ chosen sglang modules finish loading:
   serving/dummy_init.py's deterministic by-role values instead of sglang's U(-1e-3, 1e-3), so the
   next-token distribution depends on attention (the loader's `initialize_dummy_weights` is rebound).
 
-* OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split (TEST ONLY, the red runs of the live
-  comparison) -- the sm_120 sparse-decode dispatcher is wrapped so that its output is zeroed, the
-  per-head sink is not passed (as a kernel that ignored it), or the last of DROP_SPLITS equal splits
-  of each row's valid top-k positions is masked (-1, as a kernel that dropped one split's partial
-  result). Never set by any shipped code path; each server that has it says so in its log.
+* OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split|skip-attn (TEST ONLY, the red runs of the
+  live comparison and the attention ablation of bench/p1_share.py) -- the sm_120 sparse-decode
+  dispatcher is wrapped so that its output is zeroed, the per-head sink is not passed (as a kernel
+  that ignored it), the last of DROP_SPLITS equal splits of each row's valid top-k positions is
+  masked (-1, as a kernel that dropped one split's partial result), or no kernel runs at all (zeros
+  of the output's shape: the decode step without attention). Never set by any shipped code path;
+  each server that has it says so in its log.
 
 Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].
 """
@@ -47,8 +49,8 @@ import sys
 
 EMULATE_ENV = "OVERLAY_EMULATE_SM120"
 DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/dummy_init.py (TEST ONLY)
-BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split (TEST ONLY)
-BREAK_MODES = ("zero-attn", "no-sink", "drop-split")
+BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split | skip-attn (TEST ONLY)
+BREAK_MODES = ("zero-attn", "no-sink", "drop-split", "skip-attn")
 DROP_SPLITS = 4
 LOADER = "sglang.srt.model_loader.loader"
 DECODE = "sglang.srt.layers.attention.flash_mla_sm120"
@@ -248,6 +250,8 @@ def _break_decode(module) -> None:
 
     @functools.wraps(inner)
     def broken(*args, **kwargs):
+        if mode == "skip-attn":
+            return skipped_outputs(kwargs["q"], kwargs["head_dim_v"])
         if mode == "no-sink":
             kwargs["attn_sink"] = None
         elif mode == "drop-split":
@@ -260,7 +264,20 @@ def _break_decode(module) -> None:
     broken.overlay_broken = True
     setattr(module, name, broken)
     say(f"WARNING {BREAK_ENV}={mode}: TEST ONLY -- {DECODE}.{name} deliberately broken "
-        f"({'output zeroed' if mode == 'zero-attn' else 'sink not passed' if mode == 'no-sink' else f'last of {DROP_SPLITS} splits masked'})")
+        f"({BREAK_WORDS[mode]})")
+
+
+BREAK_WORDS = {"zero-attn": "output zeroed", "no-sink": "sink not passed",
+               "drop-split": f"last of {DROP_SPLITS} splits masked", "skip-attn": "no kernel run, zeros returned"}
+
+
+def skipped_outputs(q, head_dim_v: int):
+    """(out, lse) of the dispatcher's shapes -- out [B, s_q, H, head_dim_v] in q's dtype, lse [B, H, s_q] fp32
+    (flash_mla_sm120's torch path) -- without running any attention."""
+    import torch
+
+    b, s_q, h, _ = q.shape
+    return q.new_zeros(b, s_q, h, head_dim_v), torch.zeros(b, h, s_q, dtype=torch.float32, device=q.device)
 
 
 def break_mode(environ=os.environ) -> str:

@@ -69,6 +69,13 @@ def test_drop_split_masks_the_last_quarter_of_each_rows_valid_positions(patched_
     assert (out_b.float() - out.float()).abs().max() > 0.05
 
 
+def test_skip_attn_returns_the_dispatchers_shapes_without_a_kernel(patched_root, monkeypatch, case):
+    out, lse = dispatcher(patched_root, monkeypatch, None)(**case.kwargs())
+    out_b, lse_b = dispatcher(patched_root, monkeypatch, "skip-attn")(**case.kwargs())
+    assert out_b.shape == out.shape and out_b.dtype == out.dtype and lse_b.shape == lse.shape
+    assert lse_b.dtype == lse.dtype and not out_b.any() and not lse_b.any()
+
+
 def test_drop_split_without_lengths_counts_valid_entries():
     idx = torch.tensor([[[5, 6, 7, 8, 9, 10, 11, 12, -1, -1]]], dtype=torch.int32)
     assert emulate_sm120.drop_last_split(idx).tolist() == [[[5, 6, 7, 8, 9, 10, -1, -1, -1, -1]]]
@@ -82,7 +89,7 @@ def test_switches_register_their_hooks_and_refuse_unknown_values():
     got = emulate_sm120.patches_for({**base, emulate_sm120.DUMMY_INIT_ENV: "scaled"})
     assert got[emulate_sm120.LOADER] == [emulate_sm120._patch_loader]
     with pytest.raises(ValueError, match=r"OVERLAY_TEST_BREAK_DECODE: expected one of zero-attn, no-sink, "
-                                         r"drop-split, found 'drop'"):
+                                         r"drop-split, skip-attn, found 'drop'"):
         emulate_sm120.patches_for({**base, emulate_sm120.BREAK_ENV: "drop"})
     with pytest.raises(ValueError, match="OVERLAY_DUMMY_INIT: expected scaled, found 'yes'"):
         emulate_sm120.patches_for({**base, emulate_sm120.DUMMY_INIT_ENV: "yes"})
