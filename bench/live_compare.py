@@ -243,9 +243,7 @@ def main(argv=None) -> int:
             (args.out / f"{s.variant.name}.json").write_text(json.dumps(record) + "\n")
     finally:
         server_pool.stop_all(servers, say)
-        for s in servers:
-            lines = smoke.harness_lines(s.log_path)
-            say(f"[{s.variant.name}] harness lines: " + " | ".join(l[:160] for l in lines[-6:]))
+        server_pool.say_key_lines(servers, say)
     failed = [s.variant.name for s in servers if s.error]
     rc = report(args.out, args.batch)
     if failed:

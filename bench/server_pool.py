@@ -91,3 +91,17 @@ def stop_all(servers: list[Server], say) -> None:
             left = smoke.stop_server(s.proc, 20.0)
             say(f"[{s.variant.name}] stopped" if not left else f"[{s.variant.name}] processes {left} survived SIGKILL")
             s.proc = None
+
+
+KEY_LINES = ("dummy weights by role", "deliberately broken", "entered", "ERROR", "sm_120 branches forced")
+
+
+def key_harness_lines(server: Server) -> list[str]:
+    """The harness lines that say what a server ran: its weights, a broken kernel, the sm_120 entries."""
+    return [l for l in smoke.harness_lines(server.log_path, limit=200) if any(k in l for k in KEY_LINES)]
+
+
+def say_key_lines(servers: list[Server], say) -> None:
+    for s in servers:
+        for line in key_harness_lines(s):
+            say(f"[{s.variant.name}] {line[:300]}")

@@ -153,7 +153,10 @@ def fill(name: str, t: torch.Tensor, rule: str, state: dict) -> None:
             fan_in = state[_sibling(name, _scaled_leaf(_leaf(name)))].shape[-1]
             t.fill_(_pow2(1.0 / math.sqrt(fan_in)))
         elif rule == "fp4_weight":
-            t.copy_(torch.randint(-128, 128, t.shape, generator=g, device=t.device, dtype=torch.int16).to(t.dtype))
+            # one expert at a time: an int16 temporary of a whole Flash w13 would be 4 GB
+            for chunk in (t if t.dim() >= 3 else [t]):
+                chunk.copy_(torch.randint(-128, 128, chunk.shape, generator=g, device=t.device,
+                                          dtype=torch.int16).to(t.dtype))
         elif rule == "fp4_scale":
             packed = state[_sibling(name, _scaled_leaf(_leaf(name)))]
             fan_in = packed.shape[-1] * 2

@@ -17,11 +17,11 @@ def args(*argv):
 
 def test_variants_cover_backends_contexts_and_the_ablation(tmp_path):
     vs = p1_share.variants(args("--contexts", "1048576,131072"), tmp_path)
-    assert [v.name for v in vs] == ["triton-1M", "mma-1M", "skip-1M", "triton-128K", "mma-128K", "skip-128K"]
+    assert [v.name for v in vs] == ["triton-1M", "mma-1M", "skip-1M", "triton-128K", "mma-128K"]
     by = {v.name: v for v in vs}
     assert all(v.tree == "patched" and v.env[emulate_sm120.DUMMY_INIT_ENV] == "scaled" for v in vs)
     assert by["triton-1M"].env["SGLANG_SM120_SPARSE_DECODE"] == "triton" and emulate_sm120.BREAK_ENV not in by["mma-1M"].env
-    assert by["skip-128K"].env[emulate_sm120.BREAK_ENV] == "skip-attn" and by["skip-128K"].context == 131072
+    assert by["skip-1M"].env[emulate_sm120.BREAK_ENV] == "skip-attn" and by["skip-1M"].context == 1 << 20
     extra = by["mma-1M"].extra_args
     assert extra[extra.index("--cuda-graph-max-bs-decode") + 1] == "64"
     assert int(extra[extra.index("--max-total-tokens") + 1]) >= 64 * (4096 + 256)
