@@ -20,7 +20,7 @@ help:
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
 	@echo "make pr PATCH=NAME REPO=DIR [BRANCH=NAME]                  one patch as a branch + PR body on an upstream checkout"
 	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps (pip's own configuration), patched; then doctor"
-	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
+	@echo "make serve [MODEL=path] [TP=n] [HOST=0.0.0.0] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
 	@echo "           [GRAPH_MAX_BS=n] [SGLANG_ARGS="--max-total-tokens 65536"]   fewer graphs / more sglang flags"
@@ -90,6 +90,7 @@ SERVE_TEST_VENV ?= .venv-serve
 MODEL   ?=
 TP      ?= 1
 PORT    ?= 30000
+HOST    ?= 127.0.0.1
 CONTEXT ?=
 SMOKE_TIMEOUT ?= 1200
 # BUNDLE=dir: serve from an offline bundle (serving/bundle.py; installed on first use into build/bundle-site)
@@ -101,7 +102,7 @@ GRAPH_MAX_BS ?=
 SGLANG_ARGS ?=
 SMOKE_LOG ?= build/smoke-server.log
 SERVE_PY = $(if $(BUNDLE),$(PYTHON),$(SGLANG_VENV)/bin/python)
-SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
+SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --host $(HOST) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
              $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager) $(if $(GRAPH_MAX_BS),--graph-max-bs $(GRAPH_MAX_BS)) \
              $(if $(SGLANG_ARGS),--sglang-args '$(SGLANG_ARGS)')
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
