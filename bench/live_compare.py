@@ -13,7 +13,7 @@ Variants (bench/server_pool.py starts them side by side, then each is asked in t
     pinned      the pinned tree (its decode kernel is the per-head `triton` one)
     mma         patched, SGLANG_SM120_SPARSE_DECODE=mma (P1)
     triton      patched, =triton (the pinned kernel inside the patched build)
-    torch       patched, =torch (the PyTorch reference)
+    torch       patched, =torch (the PyTorch reference; OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 makes it capturable)
     zero-attn   patched mma, OVERLAY_TEST_BREAK_DECODE=zero-attn: the weights check (attention must matter)
     no-sink     patched mma, the sink not passed                 (a broken kernel: must FAIL)
     drop-split  patched mma, the last of 4 splits masked         (a broken kernel: must FAIL)
@@ -48,7 +48,7 @@ VARIANTS = {
     "pinned": ("pinned", {}),
     "mma": ("patched", {SPARSE: "mma"}),
     "triton": ("patched", {SPARSE: "triton"}),
-    "torch": ("patched", {SPARSE: "torch"}),
+    "torch": ("patched", {SPARSE: "torch", emulate_sm120.GRAPH_SAFE_ENV: "1"}),
     "zero-attn": ("patched", {SPARSE: "mma", emulate_sm120.BREAK_ENV: "zero-attn"}),
     "no-sink": ("patched", {SPARSE: "mma", emulate_sm120.BREAK_ENV: "no-sink"}),
     "drop-split": ("patched", {SPARSE: "mma", emulate_sm120.BREAK_ENV: "drop-split"}),

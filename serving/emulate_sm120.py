@@ -37,10 +37,17 @@ chosen sglang modules finish loading:
   of the output's shape: the decode step without attention). Never set by any shipped code path;
   each server that has it says so in its log.
 
+* OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 (TEST ONLY, the live comparison's `torch` reference under CUDA
+  graphs) -- the tree's own PyTorch fallback `_sm120_sparse_decode_fwd` is recompiled from its source
+  with each boolean-mask assignment `x[mask] = v` done as `x.masked_fill_(mask, v)`: the same values
+  (tests/test_break_decode.py checks bit equality), without index_put's nonzero(), a host sync that
+  CUDA-graph capture forbids.
+
 Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].
 """
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.abc
 import importlib.util
@@ -51,6 +58,8 @@ EMULATE_ENV = "OVERLAY_EMULATE_SM120"
 DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/dummy_init.py (TEST ONLY)
 BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split | skip-attn (TEST ONLY)
 BREAK_MODES = ("zero-attn", "no-sink", "drop-split", "skip-attn")
+GRAPH_SAFE_ENV = "OVERLAY_GRAPH_SAFE_TORCH_DECODE"   # 1: the torch reference decode capturable (TEST ONLY)
+TORCH_DECODE = "_sm120_sparse_decode_fwd"
 DROP_SPLITS = 4
 LOADER = "sglang.srt.model_loader.loader"
 DECODE = "sglang.srt.layers.attention.flash_mla_sm120"
@@ -280,6 +289,50 @@ def skipped_outputs(q, head_dim_v: int):
     return q.new_zeros(b, s_q, h, head_dim_v), torch.zeros(b, h, s_q, dtype=torch.float32, device=q.device)
 
 
+class _MaskedAssignments(ast.NodeTransformer):
+    """`x[m] = v` (one index expression, no slice) -> `_overlay_masked_set(x, m, v)`."""
+
+    def visit_Assign(self, node):
+        target = node.targets[0] if len(node.targets) == 1 else None
+        if isinstance(target, ast.Subscript) and not isinstance(target.slice, (ast.Slice, ast.Tuple)):
+            call = ast.Call(func=ast.Name("_overlay_masked_set", ast.Load()),
+                            args=[target.value, target.slice, node.value], keywords=[])
+            return ast.copy_location(ast.Expr(call), node)
+        return node
+
+
+def _overlay_masked_set(t, mask, value):
+    """t[mask] = value, by masked_fill_ where mask is boolean (broadcast over t's trailing dims)."""
+    import torch
+
+    if mask.dtype != torch.bool:
+        t[mask] = value
+        return
+    t.masked_fill_(mask.reshape(*mask.shape, *([1] * (t.dim() - mask.dim()))), value)
+
+
+def graph_safe(module, name: str = TORCH_DECODE):
+    """`module.name` recompiled from its source file with boolean-mask assignments as masked_fill_."""
+    with open(module.__file__) as fh:
+        tree = ast.parse(fh.read())
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    func = ast.fix_missing_locations(_MaskedAssignments().visit(func))
+    namespace = dict(vars(module))
+    namespace["_overlay_masked_set"] = _overlay_masked_set
+    exec(compile(ast.Module(body=[func], type_ignores=[]), module.__file__, "exec"), namespace)
+    return namespace[name]
+
+
+def _patch_torch_decode(module) -> None:
+    if getattr(getattr(module, TORCH_DECODE, None), "overlay_graph_safe", False):
+        return
+    fn = graph_safe(module)
+    fn.overlay_graph_safe = True
+    setattr(module, TORCH_DECODE, fn)
+    say(f"{GRAPH_SAFE_ENV}=1: TEST ONLY {DECODE}.{TORCH_DECODE} recompiled with masked_fill_ for its "
+        "boolean-mask assignments (same values, capturable in a CUDA graph)")
+
+
 def break_mode(environ=os.environ) -> str:
     mode = environ.get(BREAK_ENV, "")
     if mode and mode not in BREAK_MODES:
@@ -345,6 +398,8 @@ def patches_for(environ=os.environ) -> dict:
         patches.setdefault(LOADER, []).append(_patch_loader)
     if break_mode(environ):
         patches.setdefault(DECODE, []).append(_break_decode)   # after _trace_entry: wraps the traced entry
+    if environ.get(GRAPH_SAFE_ENV) == "1":
+        patches.setdefault(DECODE, []).append(_patch_torch_decode)
     return patches
 
 

@@ -81,11 +81,42 @@ def test_drop_split_without_lengths_counts_valid_entries():
     assert emulate_sm120.drop_last_split(idx).tolist() == [[[5, 6, 7, 8, 9, 10, -1, -1, -1, -1]]]
 
 
+@pytest.mark.parametrize("seed,sink_mode", [(0, "random"), (1, "inf"), (2, "none")])
+def test_graph_safe_torch_decode_is_the_trees_fallback_bit_for_bit_without_index_put(patched_root, monkeypatch,
+                                                                                    seed, sink_mode):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.seen.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setenv("SGLANG_SM120_SPARSE_DECODE", "torch")
+    module = load_module(patched_root / DISPATCHER, f"_flash_mla_sm120_graph_safe_{seed}")
+    case = make_case(B=5, H=16, topk=48, extra_topk=24, seed=seed, sink_mode=sink_mode)   # edge rows: empty, invalid
+    original = module.flash_mla_with_kvcache_sm120(**case.kwargs())
+    with Ops():
+        module.flash_mla_with_kvcache_sm120(**case.kwargs())
+    assert "aten.index_put_.default" in Ops.seen                      # upstream's fallback syncs (nonzero)
+    emulate_sm120._patch_torch_decode(module)
+    Ops.seen = set()
+    with Ops():
+        safe = module.flash_mla_with_kvcache_sm120(**case.kwargs())
+    assert not {op for op in Ops.seen if "index_put" in op or "nonzero" in op}, Ops.seen
+    for a, b in zip(original, safe):
+        assert torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a, b.view(torch.int16)
+                           if b.dtype == torch.bfloat16 else b)
+
+
 def test_switches_register_their_hooks_and_refuse_unknown_values():
     base = {"OVERLAY_HC_SINKHORN": "off"}
     assert emulate_sm120.patches_for(base) == {}
     got = emulate_sm120.patches_for({**base, emulate_sm120.BREAK_ENV: "no-sink", "OVERLAY_EMULATE_SM120": "1"})
     assert got[emulate_sm120.DECODE][-1] is emulate_sm120._break_decode     # wraps the traced entry
+    got = emulate_sm120.patches_for({**base, emulate_sm120.GRAPH_SAFE_ENV: "1"})
+    assert got[emulate_sm120.DECODE] == [emulate_sm120._patch_torch_decode]
     got = emulate_sm120.patches_for({**base, emulate_sm120.DUMMY_INIT_ENV: "scaled"})
     assert got[emulate_sm120.LOADER] == [emulate_sm120._patch_loader]
     with pytest.raises(ValueError, match=r"OVERLAY_TEST_BREAK_DECODE: expected one of zero-attn, no-sink, "
@@ -115,5 +146,5 @@ def test_switch_names_are_not_in_the_shipped_series():
         for path in (REPO / top).rglob("*"):
             if path.is_file():
                 text = path.read_text(errors="replace")
-                for name in (emulate_sm120.BREAK_ENV, emulate_sm120.DUMMY_INIT_ENV):
+                for name in (emulate_sm120.BREAK_ENV, emulate_sm120.DUMMY_INIT_ENV, emulate_sm120.GRAPH_SAFE_ENV):
                     assert name not in text, f"{path.relative_to(REPO)} mentions {name}"
