@@ -226,6 +226,11 @@ def main(argv=None) -> int:
                                                 "--max-total-tokens", str(KV_TOKENS), "--random-seed", "0"])
                 for v in args.variants]
     servers = server_pool.build(variants, site, sys.executable, args.out)
+    with server_pool.sigterm_as_exit():
+        return _run(servers, args)
+
+
+def _run(servers, args) -> int:
     try:
         server_pool.start_all(servers, say)
         server_pool.wait_all(servers, args.start_timeout, say)

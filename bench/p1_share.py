@@ -275,6 +275,11 @@ def main(argv=None) -> int:
     say(f"command: {command_line()}")
     model_dir = bench_e2e.generate_model(args.layers)
     servers = server_pool.build(variants(args, model_dir), site, sys.executable, args.out)
+    with server_pool.sigterm_as_exit():
+        return _run(servers, args)
+
+
+def _run(servers, args) -> int:
     records = {}
     try:
         server_pool.start_all(servers, say)

@@ -8,7 +8,9 @@ the others sit idle keeps throughput numbers clean: an idle sglang server launch
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
 import time
 from pathlib import Path
 
@@ -105,3 +107,16 @@ def say_key_lines(servers: list[Server], say) -> None:
     for s in servers:
         for line in key_harness_lines(s):
             say(f"[{s.variant.name}] {line[:300]}")
+
+
+@contextlib.contextmanager
+def sigterm_as_exit():
+    """SIGTERM (`timeout`, a lease ending) raises SystemExit(143), so the caller's finally stops every server:
+    each runs in its own session and would otherwise outlive this process, holding the GPU."""
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

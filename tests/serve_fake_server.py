@@ -8,6 +8,8 @@ Modes:
                 that sleeps (so the driver must SIGKILL the whole process group)
   good          answer the endpoints the smoke test uses with the shapes sglang returns
   no-tokens     healthy and well-formed, but report zero generated tokens
+  logprobs      `good`, and /generate with return_logprob answers sglang's logprob fields (a batch of
+                input_ids lists: a list of answers), from a fixed pseudo-random table (FAKE_SHIFT adds to it)
 """
 from __future__ import annotations
 
@@ -72,6 +74,12 @@ def _handler(mode: str):
                     self._json({"object": "chat.completion",
                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * n}}],
                                 "usage": {"prompt_tokens": 5, "completion_tokens": n}})
+            elif self.path == "/generate" and body.get("return_logprob"):
+                ids = body["input_ids"]
+                batch = ids if ids and isinstance(ids[0], list) else [ids]
+                answers = [_logprob_answer(p, body["sampling_params"]["max_new_tokens"], body["top_logprobs_num"])
+                           for p in batch]
+                self._json(answers if batch is ids else answers[0])
             elif self.path == "/generate":
                 n = 0 if mode == "no-tokens" else body["sampling_params"]["max_new_tokens"]
                 if body.get("stream"):
@@ -84,9 +92,26 @@ def _handler(mode: str):
     return Handler
 
 
+def _logprob_answer(prompt: list, n: int, k: int) -> dict:
+    """Greedy steps over a 32-token vocabulary, logprobs from a table seeded by the prompt, shifted by FAKE_SHIFT."""
+    import math
+    import random
+    rng = random.Random(sum(prompt) * 7919 + len(prompt))
+    shift = float(os.environ.get("FAKE_SHIFT", "0"))
+    tokens, tops = [], []
+    for _ in range(n):
+        logits = [rng.gauss(0, 3) + (shift * rng.uniform(-1, 1)) for _ in range(32)]
+        z = math.log(sum(math.exp(x) for x in logits))
+        ranked = sorted(((x - z, t) for t, x in enumerate(logits)), reverse=True)
+        tokens.append([ranked[0][0], ranked[0][1], None])
+        tops.append([[lp, t, None] for lp, t in ranked[:k]])
+    return {"text": "x" * n, "meta_info": {"completion_tokens": n, "output_token_logprobs": tokens,
+                                           "output_top_logprobs": tops}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["exit-early", "never-healthy", "good", "no-tokens"])
+    parser.add_argument("mode", choices=["exit-early", "never-healthy", "good", "no-tokens", "logprobs"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--pid-file")
     args = parser.parse_args()

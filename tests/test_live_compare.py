@@ -6,6 +6,7 @@ sorted top-k (logprob, id)); a second server is the same distributions plus a pe
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -135,3 +136,32 @@ def test_command_line_refuses_bad_input(capsys):
         live_compare.parse_args(["--variants", "mma,bogus"])
     assert exc.value.code == 2
     assert "expected variants from pinned, mma" in capsys.readouterr().err
+
+
+def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_path):
+    """live_compare's run against fake servers (tests/serve_fake_server.py logprobs mode): every variant's
+    decodes written, the comparison table printed, every server process gone afterwards."""
+    import sys
+    from pathlib import Path
+
+    from bench import server_pool
+    from serving import serve_cmd
+
+    fake = Path(__file__).resolve().parent / "serve_fake_server.py"
+    shifts = {"torch": 0.0, "triton": 1e-3, "mma": 1e-3, "pinned": 1e-2, "zero-attn": 2.0, "no-sink": 1.0,
+              "drop-split": 0.5}
+    variants = [server_pool.Variant(v, live_compare.VARIANTS[v][0]) for v in shifts]
+    servers = server_pool.build(variants, None, sys.executable, tmp_path)
+    for s in servers:    # the fake instead of sglang; FAKE_SHIFT plays the variant's numerics
+        s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "logprobs", "--port", str(s.port)],
+                                    env={"FAKE_SHIFT": str(shifts[s.variant.name])})
+    args = live_compare.parse_args(["--out", str(tmp_path), "--output-len", "24", "--batch", "1,4",
+                                    "--start-timeout", "60"])
+    rc = live_compare._run(servers, args)
+    assert rc == 0
+    assert all(s.proc is None for s in servers)
+    for v in shifts:
+        record = json.loads((tmp_path / f"{v}.json").read_text())
+        assert len(record["decodes"]["batch4"]) == 4 and len(record["decodes"]["batch1"][0]["tokens"]) == 24
+    result = json.loads((tmp_path / "compare.json").read_text())
+    assert result["all_as_expected"] and result["tol_kernel"] > 0

@@ -81,3 +81,24 @@ def test_bad_input_is_refused_in_one_line(capsys):
     assert err == ["p1_share: expected --bundle DIR, --out DIR and --backends from triton,mma,torch, found no --bundle",
                    "p1_share: expected --bundle DIR, --out DIR and --backends from triton,mma,torch, found backends ['flash']"]
     assert bench_e2e.int_list("1,16") == [1, 16]
+
+
+def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path):
+    """p1_share's run against fake servers (no profile: the fakes have no /start_profile)."""
+    import sys
+    from pathlib import Path
+
+    from bench import server_pool
+    from serving import serve_cmd
+
+    fake = Path(__file__).resolve().parent / "serve_fake_server.py"
+    a = args("--out", str(tmp_path), "--contexts", "131072", "--concurrency", "1,4", "--prompt-len", "16",
+             "--output-len", "40", "--profile-steps", "0", "--start-timeout", "60")
+    servers = server_pool.build(p1_share.variants(a, tmp_path), None, sys.executable, tmp_path)
+    for s in servers:
+        s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "good", "--port", str(s.port)])
+    assert p1_share._run(servers, a) == 0
+    assert all(s.proc is None for s in servers)
+    rows = json.loads((tmp_path / "share.json").read_text())
+    assert {(r["backend"], r["concurrency"]) for r in rows} == {("triton", 1), ("triton", 4), ("mma", 1), ("mma", 4)}
+    assert all(r["step_ms"] and r["skip_step_ms"] for r in rows)
