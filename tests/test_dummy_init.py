@@ -141,3 +141,18 @@ def test_every_rule_of_the_tiny_model_is_named(config):
             "hc_fn", "hc_scale", "hc_base", "ape", "router_bias", "linear", "kept"} <= rules
     with pytest.raises(ValueError, match="expected a rule"):
         dummy_init.fill("x", torch.empty(2), "bogus", {})
+
+
+@pytest.mark.slow
+def test_scaled_init_on_the_flash_shaped_layers(hc_pre):
+    # bench/bench_e2e.py's Flash-shaped model (4 layers: the real per-layer geometry); only the routed expert
+    # count is cut (256 -> 8, still top-6) so the dequantised experts fit a CPU test.
+    from bench.bench_e2e import flash_shaped_config
+
+    config = {**flash_shaped_config(4), "n_routed_experts": 8, "n_group": 1, "topk_group": 1}
+    state = tiny_state(config)
+    counts = dummy_init.initialize(state)
+    assert counts["unknown_names"] == []
+    r = report(state, config, hc_pre)
+    print(r)
+    assert healthy(r) == [], r
