@@ -143,9 +143,11 @@ class Profiler(threading.Thread):
                 "with_stack": False, "record_shapes": False, "profile_prefix": self.folder.name}
         try:
             self.started = time.monotonic()
-            smoke.get_json(f"{self.server.base}/start_profile", body)
-        except (smoke.SmokeFailure, ValueError) as exc:
-            self.error = str(exc)[:300]
+            # sglang answers "Start profiling." as plain text, not JSON
+            with smoke._request(f"{self.server.base}/start_profile", body, timeout=60) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            self.error = f"POST /start_profile: {exc}"[:300]
 
 
 PROFILED_OUTPUT = 64    # tokens per request of the profiled run: the log line comes at step 8, then the profile

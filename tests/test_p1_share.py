@@ -83,8 +83,9 @@ def test_bad_input_is_refused_in_one_line(capsys):
     assert bench_e2e.int_list("1,16") == [1, 16]
 
 
-def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path):
-    """p1_share's run against fake servers (no profile: the fakes have no /start_profile)."""
+@pytest.mark.parametrize("profile", [0, 8])
+def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path, profile):
+    """p1_share's run against fake servers (tests/serve_fake_server.py: decode lines, /start_profile, a trace)."""
     import sys
     from pathlib import Path
 
@@ -93,7 +94,7 @@ def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path):
 
     fake = Path(__file__).resolve().parent / "serve_fake_server.py"
     a = args("--out", str(tmp_path), "--contexts", "131072", "--concurrency", "1,4", "--prompt-len", "16",
-             "--output-len", "40", "--profile-steps", "0", "--start-timeout", "60")
+             "--output-len", "40", "--profile-steps", str(profile), "--start-timeout", "60")
     servers = server_pool.build(p1_share.variants(a, tmp_path), None, sys.executable, tmp_path)
     for s in servers:
         s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "good", "--port", str(s.port)])
@@ -102,3 +103,5 @@ def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path):
     rows = json.loads((tmp_path / "share.json").read_text())
     assert {(r["backend"], r["concurrency"]) for r in rows} == {("triton", 1), ("triton", 4), ("mma", 1), ("mma", 4)}
     assert all(r["step_ms"] and r["skip_step_ms"] for r in rows)
+    if profile:      # the fake's trace: 40 of 100 us in the sparse-decode kernels
+        assert all(r["profile_share"] == pytest.approx(0.4) for r in rows), rows
