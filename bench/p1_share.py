@@ -114,8 +114,12 @@ def read_traces(folder: Path) -> dict | None:
         total, attn = total + t, attn + a
         for k, v in n.items():
             names[k] = names.get(k, 0.0) + v
-    return {"files": [f.name for f in files], "kernel_us": total, "attention_us": attn, "by_kernel_us": names,
-            "share": attn / total if total else None}
+    out = {"files": [f.name for f in files], "kernel_us": total, "attention_us": attn, "by_kernel_us": names,
+           "share": attn / total if total and attn else None}
+    if not attn:   # said, never reported as a 0 % share
+        out["error"] = (f"no sparse-decode kernel ({', '.join(ATTENTION_KERNELS)}) among {total:.0f} us of kernels"
+                        " in the trace")
+    return out
 
 
 class Profiler(threading.Thread):
@@ -186,7 +190,8 @@ def measure_server(server, args, out_dir: Path) -> dict:
             say(f"[{server.variant.name}] c={c} prompt={prompt_len}: {bench_e2e.fmt(run.get('total_tok_s'))} tok/s, "
                 f"step {bench_e2e.fmt(run.get('step_ms_median'), 2)} ms, server {bench_e2e.fmt(run.get('server_decode_tok_s'))}"
                 f" tok/s, profiled attention share {bench_e2e.fmt(share * 100 if share is not None else None)} %"
-                + (f" (profile: {run['profile_error']})" if run.get("profile_error") else ""))
+                + (f" (profile: {run['profile_error']})" if run.get("profile_error") else "")
+                + (f" (profile: {run['profile']['error']})" if (run.get("profile") or {}).get("error") else ""))
     return record
 
 

@@ -55,6 +55,11 @@ def test_profiled_share_counts_the_sparse_decode_kernels_only(tmp_path):
     (folder / "c.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:-8])
     assert "error" in p1_share.read_traces(folder)
     assert p1_share.read_traces(tmp_path) is None
+    other = tmp_path / "graphs-hidden"
+    other.mkdir()
+    (other / "x.trace.json").write_text(json.dumps(trace([kernel("fused_moe_marlin", 50)])))
+    got = p1_share.read_traces(other)
+    assert got["share"] is None and got["error"].startswith("no sparse-decode kernel")
 
 
 def test_ablation_share_and_the_table(tmp_path):
