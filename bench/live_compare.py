@@ -163,7 +163,7 @@ def table(result: dict) -> str:
 
 def report(out_dir: Path, batches: list[int]) -> int:
     decodes = {p.stem: json.loads(p.read_text())["decodes"] for p in sorted(out_dir.glob("*.json"))
-               if p.stem in VARIANTS}
+               if p.stem in VARIANTS}   # compare.json and servers.json are not variants
     result = evaluate(decodes, batches)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
@@ -248,7 +248,7 @@ def _run(servers, args) -> int:
             (args.out / f"{s.variant.name}.json").write_text(json.dumps(record) + "\n")
     finally:
         server_pool.stop_all(servers, say)
-        server_pool.say_key_lines(servers, say)
+        server_pool.say_key_lines(servers, say, args.out)
     failed = [s.variant.name for s in servers if s.error]
     rc = report(args.out, args.batch)
     if failed:

@@ -239,7 +239,8 @@ def table(rows: list[dict]) -> str:
 
 
 def report(out_dir: Path) -> int:
-    records = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json")) if p.stem != "share"}
+    records = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))
+               if p.stem not in ("share", "servers")}
     rows = share_rows(records)
     (out_dir / "share.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(table(rows))
@@ -303,7 +304,7 @@ def _run(servers, args) -> int:
             (args.out / f"{s.variant.name}.json").write_text(json.dumps(records[s.variant.name], indent=1) + "\n")
     finally:
         server_pool.stop_all(servers, say)
-        server_pool.say_key_lines(servers, say)
+        server_pool.say_key_lines(servers, say, args.out)
     report(args.out)
     failed = [s.variant.name for s in servers if s.error]
     if failed:

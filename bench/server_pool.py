@@ -103,10 +103,19 @@ def key_harness_lines(server: Server) -> list[str]:
     return [l for l in smoke.harness_lines(server.log_path, limit=200) if any(k in l for k in KEY_LINES)]
 
 
-def say_key_lines(servers: list[Server], say) -> None:
+def say_key_lines(servers: list[Server], say, out_dir: Path | None = None) -> None:
+    """Print each server's key harness lines; with out_dir also write them, with start-up and error, to servers.json."""
+    import json
+
+    record = {}
     for s in servers:
-        for line in key_harness_lines(s):
+        lines = key_harness_lines(s)
+        for line in lines:
             say(f"[{s.variant.name}] {line[:300]}")
+        record[s.variant.name] = {"tree": s.variant.tree, "env": s.variant.env, "startup_s": s.startup_s,
+                                  "error": s.error, "harness_lines": lines}
+    if out_dir is not None:
+        (Path(out_dir) / "servers.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 @contextlib.contextmanager

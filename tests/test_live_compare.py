@@ -150,7 +150,7 @@ def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_pat
     fake = Path(__file__).resolve().parent / "serve_fake_server.py"
     shifts = {"torch": 0.0, "triton": 1e-3, "mma": 1e-3, "pinned": 1e-2, "zero-attn": 2.0, "no-sink": 1.0,
               "drop-split": 0.5}
-    variants = [server_pool.Variant(v, live_compare.VARIANTS[v][0]) for v in shifts]
+    variants = [server_pool.Variant(v, *live_compare.VARIANTS[v]) for v in shifts]
     servers = server_pool.build(variants, None, sys.executable, tmp_path)
     for s in servers:    # the fake instead of sglang; FAKE_SHIFT plays the variant's numerics
         s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "logprobs", "--port", str(s.port)],
@@ -165,3 +165,5 @@ def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_pat
         assert len(record["decodes"]["batch4"]) == 4 and len(record["decodes"]["batch1"][0]["tokens"]) == 24
     result = json.loads((tmp_path / "compare.json").read_text())
     assert result["all_as_expected"] and result["tol_kernel"] > 0
+    servers_json = json.loads((tmp_path / "servers.json").read_text())
+    assert set(servers_json) == set(shifts) and servers_json["torch"]["env"]["SGLANG_SM120_SPARSE_DECODE"] == "torch"
