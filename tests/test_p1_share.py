@@ -99,7 +99,7 @@ def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path, profil
 
     fake = Path(__file__).resolve().parent / "serve_fake_server.py"
     a = args("--out", str(tmp_path), "--contexts", "131072", "--concurrency", "1,4", "--prompt-len", "16",
-             "--output-len", "40", "--profile-steps", str(profile), "--start-timeout", "60")
+             "--output-len", "96", "--profile-steps", str(profile), "--start-timeout", "60")
     servers = server_pool.build(p1_share.variants(a, tmp_path), None, sys.executable, tmp_path)
     for s in servers:
         s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "good", "--port", str(s.port)])
