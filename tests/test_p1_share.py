@@ -110,3 +110,6 @@ def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path, profil
     assert all(r["step_ms"] and r["skip_step_ms"] for r in rows)
     if profile:      # the fake's trace: 40 of 100 us in the sparse-decode kernels
         assert all(r["profile_share"] == pytest.approx(0.4) for r in rows), rows
+        for v in ("triton-128K", "mma-128K", "skip-128K"):
+            runs = json.loads((tmp_path / f"{v}.json").read_text())["runs"]
+            assert [r["profile_error"] for r in runs] == [None, None], runs     # sglang's plain-text answer is fine
