@@ -88,11 +88,27 @@ def wait_all(servers: list[Server], timeout: float, say) -> None:
 
 
 def stop_all(servers: list[Server], say) -> None:
-    for s in servers:
-        if s.proc is not None:
-            left = smoke.stop_server(s.proc, 20.0)
-            say(f"[{s.variant.name}] stopped" if not left else f"[{s.variant.name}] processes {left} survived SIGKILL")
-            s.proc = None
+    """SIGTERM every server's process group at once (so the grace periods overlap, inside `timeout -k`'s), then
+    wait for each, SIGKILL what is left. SIGTERM/SIGINT are ignored meanwhile: a second signal must not cut
+    the stopping short and leave servers holding the GPU."""
+    import os
+
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for s in servers:
+            if s.proc is not None:
+                try:
+                    os.killpg(s.proc.pid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for s in servers:
+            if s.proc is not None:
+                left = smoke.stop_server(s.proc, 20.0)
+                say(f"[{s.variant.name}] stopped" if not left else f"[{s.variant.name}] processes {left} survived SIGKILL")
+                s.proc = None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 KEY_LINES = ("dummy weights by role", "deliberately broken", "entered", "ERROR", "sm_120 branches forced")
