@@ -20,11 +20,11 @@ help:
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
 	@echo "make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]   one patch (SERIES=1: its stack) as branches + PR bodies on an upstream checkout"
 	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps (pip's own configuration), patched; then doctor"
-	@echo "make serve [MODEL=path] [TP=n] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
+	@echo "make serve [MODEL=path] [TP=n] [HOST=0.0.0.0] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
 	@echo "           [GRAPH_MAX_BS=n] [SGLANG_ARGS="--max-total-tokens 65536"]   fewer graphs / more sglang flags"
-	@echo "make bench-e2e [BUNDLE=dir] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
+	@echo "make bench-e2e [BUNDLE=dir | PINNED_PYTHON=py] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
@@ -100,6 +100,7 @@ SERVE_TEST_VENV ?= .venv-serve
 MODEL   ?=
 TP      ?= 1
 PORT    ?= 30000
+HOST    ?= 127.0.0.1
 CONTEXT ?=
 SMOKE_TIMEOUT ?= 1200
 # BUNDLE=dir: serve from an offline bundle (serving/bundle.py; installed on first use into build/bundle-site)
@@ -111,7 +112,7 @@ GRAPH_MAX_BS ?=
 SGLANG_ARGS ?=
 SMOKE_LOG ?= build/smoke-server.log
 SERVE_PY = $(if $(BUNDLE),$(PYTHON),$(SGLANG_VENV)/bin/python)
-SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
+SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --host $(HOST) --port $(PORT) $(if $(CONTEXT),--context $(CONTEXT)) \
              $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager) $(if $(GRAPH_MAX_BS),--graph-max-bs $(GRAPH_MAX_BS)) \
              $(if $(SGLANG_ARGS),--sglang-args '$(SGLANG_ARGS)')
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
@@ -134,8 +135,10 @@ smoke:
 # End-to-end decode throughput, pinned vs patched (python -m bench.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both
 E2E_ARGS ?=
+# Without BUNDLE the pinned baseline needs PINNED_PYTHON (an unpatched sglang's interpreter); else it is refused.
+PINNED_PYTHON ?=
 bench-e2e:
-	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
+	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)

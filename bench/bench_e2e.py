@@ -109,7 +109,10 @@ def server_launch(args, tree: str, model_dir: Path, site_root: Path | None) -> s
              "--decode-log-interval", "16"]                  # more of sglang's own throughput lines per run
     if args.mem_fraction:   # leave room for the pinned indexer's fp32 temporaries under graph capture
         extra += ["--mem-fraction-static", str(args.mem_fraction)]
-    python = args.python or (sys.executable if site_root else str(serve_cmd.DEFAULT_PYTHON))
+    if site_root is None and tree == "pinned":
+        python = args.pinned_python    # checked by pinned_env_problem() before any server starts
+    else:
+        python = args.python or (sys.executable if site_root else str(serve_cmd.DEFAULT_PYTHON))
     launch = serve_cmd.build(model=str(model_dir), tp=args.tp, port=args.port, context=args.context,
                              python=python, bundle_site=site_root, tree=tree, extra_args=extra,
                              served_name=SERVED_NAME)
@@ -148,6 +151,46 @@ def versions(launch: serve_cmd.Launch) -> dict:
         return json.loads(line[len("VERSIONS "):])
     except (OSError, subprocess.SubprocessError, StopIteration, ValueError) as exc:
         return {"error": f"version probe failed: {type(exc).__name__}"}
+
+
+# -- without a bundle: two real environments -----------------------------------------------------
+
+SGLANG_SPEC = ("import importlib.util as u, os; s = u.find_spec('sglang'); "
+               "print(os.path.dirname(s.submodule_search_locations[0]) if s else '')")
+NO_PINNED_ENV = ("bench_e2e: the pinned baseline needs its own environment: BUNDLE=build/bundle (make bundle, "
+                 "docs/gpu_box.md), or PINNED_PYTHON=PY, the python of an unpatched sglang 0.5.14 (make install "
+                 "SGLANG_VENV=.venv-pinned, then make revert TARGET=<its site-packages>), or E2E_TREE=patched")
+
+
+def sglang_site(python: str) -> Path | None:
+    """The site-packages dir holding `python`'s sglang, without importing it."""
+    try:
+        out = subprocess.run([python, "-c", SGLANG_SPEC], capture_output=True, text=True, timeout=120).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(out) if out else None
+
+
+def pinned_env_problem(args, trees: list[str]) -> str | None:
+    """Without a bundle, one line saying why the two trees would not be two environments (None: they are):
+    no pinned python at all, or a tree whose patch state is not its name's (one sglang for both included)."""
+    if "pinned" not in trees:
+        return None
+    if not args.pinned_python:
+        return NO_PINNED_ENV
+    from serving import doctor
+
+    patched_python = args.python or str(serve_cmd.DEFAULT_PYTHON)
+    want = {"pinned": (args.pinned_python, "pristine"), "patched": (patched_python, "applied")}
+    for tree in trees:
+        python, state = want[tree]
+        site = sglang_site(python)
+        if site is None:
+            return f"bench_e2e: {tree} tree: expected sglang importable by {python}, found none"
+        found, _ = doctor.patch_status(site)
+        if found != state:
+            return f"bench_e2e: {tree} tree: expected the patches {state} in {site} ({python}), found {found}"
+    return None   # one site cannot be both pristine and applied: two environments
 
 
 # -- one measured run --------------------------------------------------------------------------
@@ -505,6 +548,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tree", choices=("pinned", "patched", "both"), default="both")
     ap.add_argument("--bundle", type=Path, help="serve from this offline bundle (dir, or an installed SITE_ROOT)")
     ap.add_argument("--python", help="interpreter that runs sglang (default: this one with --bundle, else .venv-sglang)")
+    ap.add_argument("--pinned-python", help="without --bundle: the interpreter of an unpatched sglang 0.5.14 that "
+                                            "serves the pinned tree (without it, a pinned run is refused)")
     ap.add_argument("--concurrency", type=int_list, default=[1, 16, 64])
     ap.add_argument("--prompt-len", type=int_list, default=[1024, 8192])
     ap.add_argument("--output-len", type=int, default=256)
@@ -533,6 +578,11 @@ def main(argv=None) -> int:
     if args.compare:
         return do_compare(args.compare, args.plot)
     trees = ["pinned", "patched"] if args.tree == "both" else [args.tree]
+    if not args.bundle and not args.server_cmd:
+        problem = pinned_env_problem(args, trees)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
     model_dir = generate_model(args.layers)
     site_root = None
     if args.bundle and not args.server_cmd:

@@ -25,10 +25,29 @@ chosen sglang modules finish loading:
 * tilelang not importable -- `sglang.srt.layers.mhc.hc_split_sinkhorn` (TileLang only, called by
   every DeepSeek-V4 hc_pre) is replaced by serving/hc_sinkhorn.py.
 
+* OVERLAY_DUMMY_INIT=scaled (TEST ONLY) -- `--load-format dummy` fills the weights with
+  serving/dummy_init.py's deterministic by-role values instead of sglang's U(-1e-3, 1e-3), so the
+  next-token distribution depends on attention (the loader's `initialize_dummy_weights` is rebound).
+
+* OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split|skip-attn (TEST ONLY, the red runs of the
+  live comparison and the attention ablation of bench/p1_share.py) -- the sm_120 sparse-decode
+  dispatcher is wrapped so that its output is zeroed, the per-head sink is not passed (as a kernel
+  that ignored it), the last of DROP_SPLITS equal splits of each row's valid top-k positions is
+  masked (-1, as a kernel that dropped one split's partial result), or no kernel runs at all (zeros
+  of the output's shape: the decode step without attention). Never set by any shipped code path;
+  each server that has it says so in its log.
+
+* OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 (TEST ONLY, the live comparison's `torch` reference under CUDA
+  graphs) -- the tree's own PyTorch fallback `_sm120_sparse_decode_fwd` is recompiled from its source
+  with each boolean-mask assignment `x[mask] = v` done as `x.masked_fill_(mask, v)`: the same values
+  (tests/test_break_decode.py checks bit equality), without index_put's nonzero(), a host sync that
+  CUDA-graph capture forbids.
+
 Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].
 """
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.abc
 import importlib.util
@@ -36,6 +55,14 @@ import os
 import sys
 
 EMULATE_ENV = "OVERLAY_EMULATE_SM120"
+DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/dummy_init.py (TEST ONLY)
+BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split | skip-attn (TEST ONLY)
+BREAK_MODES = ("zero-attn", "no-sink", "drop-split", "skip-attn")
+GRAPH_SAFE_ENV = "OVERLAY_GRAPH_SAFE_TORCH_DECODE"   # 1: the torch reference decode capturable (TEST ONLY)
+TORCH_DECODE = "_sm120_sparse_decode_fwd"
+DROP_SPLITS = 4
+LOADER = "sglang.srt.model_loader.loader"
+DECODE = "sglang.srt.layers.attention.flash_mla_sm120"
 SINKHORN_ENV = "OVERLAY_HC_SINKHORN"       # triton (default on CUDA) | torch | off
 TAG = "[overlay-boxhooks]"
 
@@ -185,6 +212,134 @@ def _patch_mhc(module) -> None:
         f"serving/hc_sinkhorn.py ({route}; same arithmetic as the TileLang kernel)")
 
 
+def _load_sibling(name: str, filename: str):
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(here, filename))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _patch_loader(module) -> None:
+    impl = _load_sibling("overlay_dummy_init", "dummy_init.py")
+
+    def initialize_dummy_weights(model, *args, **kwargs):
+        counts = impl.initialize_model(model, *args, **kwargs)
+        say(f"{DUMMY_INIT_ENV}=scaled: TEST ONLY dummy weights by role: {impl.summary(counts)}")
+        return counts
+
+    module.initialize_dummy_weights = initialize_dummy_weights
+    say(f"{DUMMY_INIT_ENV}=scaled: {LOADER}.initialize_dummy_weights rebound to serving/dummy_init.py (TEST ONLY)")
+
+
+def drop_last_split(indices, topk_length=None, splits: int = DROP_SPLITS):
+    """indices with the last of `splits` equal parts of each row's valid positions set to -1.
+
+    A row's valid length is topk_length where given, else its count of indices >= 0 (valid entries
+    first, as the top-k lists are). Graph-safe: torch ops only, no host sync."""
+    import torch
+
+    n = indices.shape[-1]
+    if topk_length is not None:
+        length = topk_length.to(torch.int64).reshape(*topk_length.shape, *([1] * (indices.dim() - topk_length.dim())))
+    else:
+        length = (indices >= 0).sum(-1, keepdim=True)
+    pos = torch.arange(n, device=indices.device)
+    dropped = (pos >= length - length // splits) & (pos < length)
+    return torch.where(dropped, torch.full_like(indices, -1), indices)
+
+
+def _break_decode(module) -> None:
+    mode = os.environ.get(BREAK_ENV, "")
+    name = SM120_ENTRY_POINTS[DECODE][0]
+    inner = getattr(module, name, None)
+    if inner is None or getattr(inner, "overlay_broken", False):
+        return
+
+    @functools.wraps(inner)
+    def broken(*args, **kwargs):
+        if mode == "skip-attn":
+            return skipped_outputs(kwargs["q"], kwargs["head_dim_v"])
+        if mode == "no-sink":
+            kwargs["attn_sink"] = None
+        elif mode == "drop-split":
+            kwargs["indices"] = drop_last_split(kwargs["indices"], kwargs.get("topk_length"))
+        out, lse = inner(*args, **kwargs)
+        if mode == "zero-attn":
+            out = out.new_zeros(out.shape)
+        return out, lse
+
+    broken.overlay_broken = True
+    setattr(module, name, broken)
+    say(f"WARNING {BREAK_ENV}={mode}: TEST ONLY -- {DECODE}.{name} deliberately broken "
+        f"({BREAK_WORDS[mode]})")
+
+
+BREAK_WORDS = {"zero-attn": "output zeroed", "no-sink": "sink not passed",
+               "drop-split": f"last of {DROP_SPLITS} splits masked", "skip-attn": "no kernel run, zeros returned"}
+
+
+def skipped_outputs(q, head_dim_v: int):
+    """(out, lse) of the dispatcher's shapes -- out [B, s_q, H, head_dim_v] in q's dtype, lse [B, H, s_q] fp32
+    (flash_mla_sm120's torch path) -- without running any attention."""
+    import torch
+
+    b, s_q, h, _ = q.shape
+    return q.new_zeros(b, s_q, h, head_dim_v), torch.zeros(b, h, s_q, dtype=torch.float32, device=q.device)
+
+
+class _MaskedAssignments(ast.NodeTransformer):
+    """`x[m] = v` (one index expression, no slice) -> `_overlay_masked_set(x, m, v)`."""
+
+    def visit_Assign(self, node):
+        target = node.targets[0] if len(node.targets) == 1 else None
+        if isinstance(target, ast.Subscript) and not isinstance(target.slice, (ast.Slice, ast.Tuple)):
+            call = ast.Call(func=ast.Name("_overlay_masked_set", ast.Load()),
+                            args=[target.value, target.slice, node.value], keywords=[])
+            return ast.copy_location(ast.Expr(call), node)
+        return node
+
+
+def _overlay_masked_set(t, mask, value):
+    """t[mask] = value, by masked_fill_ where mask is boolean (broadcast over t's trailing dims)."""
+    import torch
+
+    if mask.dtype != torch.bool:
+        t[mask] = value
+        return
+    t.masked_fill_(mask.reshape(*mask.shape, *([1] * (t.dim() - mask.dim()))), value)
+
+
+def graph_safe(module, name: str = TORCH_DECODE):
+    """`module.name` recompiled from its source file with boolean-mask assignments as masked_fill_."""
+    with open(module.__file__) as fh:
+        tree = ast.parse(fh.read())
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    func = ast.fix_missing_locations(_MaskedAssignments().visit(func))
+    namespace = dict(vars(module))
+    namespace["_overlay_masked_set"] = _overlay_masked_set
+    exec(compile(ast.Module(body=[func], type_ignores=[]), module.__file__, "exec"), namespace)
+    return namespace[name]
+
+
+def _patch_torch_decode(module) -> None:
+    if getattr(getattr(module, TORCH_DECODE, None), "overlay_graph_safe", False):
+        return
+    fn = graph_safe(module)
+    fn.overlay_graph_safe = True
+    setattr(module, TORCH_DECODE, fn)
+    say(f"{GRAPH_SAFE_ENV}=1: TEST ONLY {DECODE}.{TORCH_DECODE} recompiled with masked_fill_ for its "
+        "boolean-mask assignments (same values, capturable in a CUDA graph)")
+
+
+def break_mode(environ=os.environ) -> str:
+    mode = environ.get(BREAK_ENV, "")
+    if mode and mode not in BREAK_MODES:
+        raise ValueError(f"{BREAK_ENV}: expected one of {', '.join(BREAK_MODES)}, found {mode!r}")
+    return mode
+
+
 # -- the post-import machinery ---------------------------------------------------------------
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -237,6 +392,14 @@ def patches_for(environ=os.environ) -> dict:
             patches.setdefault(name, []).append(_trace_entry)
     if sinkhorn_wanted(environ):
         patches.setdefault(MHC, []).append(_patch_mhc)
+    if environ.get(DUMMY_INIT_ENV, "") not in ("", "scaled"):
+        raise ValueError(f"{DUMMY_INIT_ENV}: expected scaled, found {environ[DUMMY_INIT_ENV]!r}")
+    if environ.get(DUMMY_INIT_ENV) == "scaled":
+        patches.setdefault(LOADER, []).append(_patch_loader)
+    if break_mode(environ):
+        patches.setdefault(DECODE, []).append(_break_decode)   # after _trace_entry: wraps the traced entry
+    if environ.get(GRAPH_SAFE_ENV) == "1":
+        patches.setdefault(DECODE, []).append(_patch_torch_decode)
     return patches
 
 

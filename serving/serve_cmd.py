@@ -200,6 +200,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="model dir or hub id (default: tiny model)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (GPUs)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address the server listens on (0.0.0.0: every interface, to serve other machines)")
     parser.add_argument("--context", type=int, default=None,
                         help=f"context length (default {DEFAULT_CONTEXT}, tiny {DEFAULT_TINY_CONTEXT})")
     parser.add_argument("--python", default=None,
@@ -226,6 +228,7 @@ def launch_from_args(args: argparse.Namespace, site_root: Path | None = None) ->
     except ValueError as exc:
         raise SystemExit(f"--sglang-args: expected shell-quoted flags, found {args.sglang_args!r} ({exc})") from None
     return build(model=args.model or None, tp=args.tp, port=args.port, context=args.context, python=python,
+                 host=getattr(args, "host", "127.0.0.1"),
                  bundle_site=site_root, tree=args.tree, eager=args.eager, extra_args=extra)
 
 

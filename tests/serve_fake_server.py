@@ -8,6 +8,8 @@ Modes:
                 that sleeps (so the driver must SIGKILL the whole process group)
   good          answer the endpoints the smoke test uses with the shapes sglang returns
   no-tokens     healthy and well-formed, but report zero generated tokens
+  logprobs      `good`, and /generate with return_logprob answers sglang's logprob fields (a batch of
+                input_ids lists: a list of answers), from a fixed pseudo-random table (FAKE_SHIFT adds to it)
 """
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "fake-model"
+ACTIVE = [0]   # streaming /generate requests in flight (the "Decode batch" lines report it, as sglang's do)
+ACTIVE_LOCK = __import__("threading").Lock()
+FAKE_KERNELS = [("_mma_sparse_decode_kernel", 30.0), ("_combine_splits_kernel", 10.0), ("fused_moe_kernel", 60.0)]
 
 
 def _handler(mode: str):
@@ -41,7 +46,10 @@ def _handler(mode: str):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            for event in events:
+            for i, event in enumerate(events):
+                if i % 8 == 7:
+                    print(f"Decode batch, #running-req: {ACTIVE[0]}, #token: 0, gen throughput (token/s): 1000.00",
+                          flush=True)
                 self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                 self.wfile.flush()
                 time.sleep(0.002)
@@ -72,10 +80,39 @@ def _handler(mode: str):
                     self._json({"object": "chat.completion",
                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * n}}],
                                 "usage": {"prompt_tokens": 5, "completion_tokens": n}})
+            elif self.path == "/generate" and body.get("return_logprob"):
+                ids = body["input_ids"]
+                batch = ids if ids and isinstance(ids[0], list) else [ids]
+                answers = [_logprob_answer(p, body["sampling_params"]["max_new_tokens"], body["top_logprobs_num"])
+                           for p in batch]
+                self._json(answers if batch is ids else answers[0])
+            elif self.path == "/start_profile":
+                # sglang's answer is plain text; the trace comes a moment later, as the scheduler writes it
+                folder, prefix = body["output_dir"], body.get("profile_prefix") or "profile"
+                trace = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": n, "dur": d} for n, d in FAKE_KERNELS]}
+
+                def write_later():
+                    import gzip
+                    time.sleep(0.3)
+                    with gzip.open(os.path.join(folder, f"{prefix}-1-TP-0.trace.json.gz"), "wt") as fh:
+                        json.dump(trace, fh)
+                __import__("threading").Thread(target=write_later, daemon=True).start()
+                data = b"Start profiling.\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             elif self.path == "/generate":
                 n = 0 if mode == "no-tokens" else body["sampling_params"]["max_new_tokens"]
                 if body.get("stream"):
-                    self._events([{"text": "x" * (i + 1), "meta_info": {"completion_tokens": i + 1}} for i in range(n)])
+                    with ACTIVE_LOCK:
+                        ACTIVE[0] += 1
+                    try:
+                        self._events([{"text": "x" * (i + 1), "meta_info": {"completion_tokens": i + 1}}
+                                      for i in range(n)])
+                    finally:
+                        with ACTIVE_LOCK:
+                            ACTIVE[0] -= 1
                 else:
                     self._json({"text": "x" * n, "meta_info": {"completion_tokens": n}})
             else:
@@ -84,9 +121,26 @@ def _handler(mode: str):
     return Handler
 
 
+def _logprob_answer(prompt: list, n: int, k: int) -> dict:
+    """Greedy steps over a 32-token vocabulary, logprobs from a table seeded by the prompt, shifted by FAKE_SHIFT."""
+    import math
+    import random
+    rng = random.Random(sum(prompt) * 7919 + len(prompt))
+    shift = float(os.environ.get("FAKE_SHIFT", "0"))
+    tokens, tops = [], []
+    for _ in range(n):
+        logits = [rng.gauss(0, 3) + (shift * rng.uniform(-1, 1)) for _ in range(32)]
+        z = math.log(sum(math.exp(x) for x in logits))
+        ranked = sorted(((x - z, t) for t, x in enumerate(logits)), reverse=True)
+        tokens.append([ranked[0][0], ranked[0][1], None])
+        tops.append([[lp, t, None] for lp, t in ranked[:k]])
+    return {"text": "x" * n, "meta_info": {"completion_tokens": n, "output_token_logprobs": tokens,
+                                           "output_top_logprobs": tops}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["exit-early", "never-healthy", "good", "no-tokens"])
+    parser.add_argument("mode", choices=["exit-early", "never-healthy", "good", "no-tokens", "logprobs"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--pid-file")
     args = parser.parse_args()

@@ -213,3 +213,44 @@ def test_bad_concurrency_is_one_line():
     result = subprocess.run([*BENCH, "--concurrency", "1,x"], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2 and "expected comma-separated integers, found '1,x'" in result.stderr
+
+
+# -- without a bundle: the pinned baseline is a real pinned environment, or refused ----------------------
+
+def env_python(tmp_path: Path, name: str, site: Path) -> str:
+    """An interpreter whose sglang is the one in `site` (as a venv's python would be)."""
+    py = tmp_path / f"{name}-python"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH='{site}' exec '{sys.executable}' \"$@\"\n")
+    py.chmod(0o755)
+    return str(py)
+
+
+def bench_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*BENCH, *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_without_a_bundle_a_pinned_run_is_refused_in_one_line():
+    done = bench_cli("--print-commands")                      # E2E_TREE=both, no BUNDLE, no PINNED_PYTHON
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "the pinned baseline needs its own environment" in done.stderr
+    assert "BUNDLE=build/bundle" in done.stderr and "PINNED_PYTHON=" in done.stderr
+    assert bench_cli("--print-commands", "--tree", "patched", "--python", "python3").returncode == 0
+
+
+def test_without_a_bundle_the_two_trees_run_two_environments(tmp_path, pristine_root, patched_root):
+    pinned, patched = env_python(tmp_path, "pinned", pristine_root), env_python(tmp_path, "patched", patched_root)
+    done = bench_cli("--print-commands", "--pinned-python", pinned, "--python", patched)
+    assert done.returncode == 0, done.stderr
+    commands = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert commands["pinned"] != commands["patched"]
+    assert commands["pinned"].split(" -m sglang")[0].endswith(pinned)
+    assert commands["patched"].split(" -m sglang")[0].endswith(patched)
+
+
+@pytest.mark.parametrize("swap", ["pinned-is-patched", "same"])
+def test_a_pinned_python_that_is_not_pinned_is_refused(tmp_path, patched_root, swap):
+    patched = env_python(tmp_path, "patched", patched_root)
+    pinned = patched if swap == "same" else env_python(tmp_path, "other", patched_root)
+    done = bench_cli("--print-commands", "--pinned-python", pinned, "--python", patched)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "bench_e2e: pinned tree: expected the patches pristine in" in done.stderr and "found applied" in done.stderr

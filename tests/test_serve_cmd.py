@@ -83,6 +83,16 @@ def test_print_only_prints_the_exact_command(tmp_path):
     assert line.startswith("+ SGLANG_SM120_") and " /x/python -m sglang.launch_server --model-path " in line
 
 
+def test_host_reaches_the_server_so_others_can_connect():
+    out = subprocess.run([sys.executable, "-m", "serving.serve_cmd", "--print-only", "--python", "/x/python",
+                          "--host", "0.0.0.0"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    argv = out.split()
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    out = subprocess.run([sys.executable, "-m", "serving.serve_cmd", "--print-only", "--python", "/x/python"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    assert out[out.index("--host") + 1] == "127.0.0.1"      # only this machine unless asked
+
+
 # -- bundle mode (serve from an offline bundle on the GPU box) ---------------------------------------
 
 def installed_site(tmp_path: Path, pristine_root: Path, patched_root: Path) -> Path:

@@ -1,0 +1,147 @@
+"""Several sglang servers from one installed bundle, started side by side on one GPU, stopped on every path.
+
+Start-up (imports, weight load, CUDA-graph capture: 1.5-3.5 min each on the lent H200) dominates a live
+run, so servers that are measured one after another are still started together: `start_all` launches each
+`Variant` (a tree plus environment overrides), `wait_all` waits for every /health, and `stop_all` stops
+each process group (also on Ctrl-C / SIGTERM through the caller's try/finally). Measuring one server while
+the others sit idle keeps throughput numbers clean: an idle sglang server launches no GPU work.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import time
+from pathlib import Path
+
+from serving import serve_cmd, smoke
+
+PORT_BASE = 30300
+PORT_STEP = 10
+
+
+@dataclasses.dataclass
+class Variant:
+    name: str
+    tree: str                                   # pinned | patched
+    env: dict = dataclasses.field(default_factory=dict)   # on top of the launch's own environment
+    model: str | None = None                    # None: the tiny model
+    context: int | None = None
+    extra_args: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Server:
+    variant: Variant
+    port: int
+    launch: serve_cmd.Launch
+    log_path: Path
+    proc: object = None
+    startup_s: float | None = None
+    error: str | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def free_ports(n: int, base: int = PORT_BASE) -> list[int]:
+    """n ports p, each with p + 10000 free too (sglang's gRPC twin), PORT_STEP apart."""
+    ports, p = [], base
+    while len(ports) < n:
+        if smoke.port_is_free("127.0.0.1", p) and smoke.port_is_free("127.0.0.1", p + 10000):
+            ports.append(p)
+        p += PORT_STEP
+        if p > 55000:
+            raise RuntimeError(f"expected {n} free ports from {base}, found {len(ports)}")
+    return ports
+
+
+def build(variants: list[Variant], site_root: Path, python: str, out_dir: Path) -> list[Server]:
+    servers = []
+    for variant, port in zip(variants, free_ports(len(variants))):
+        launch = serve_cmd.build(model=variant.model, port=port, context=variant.context, python=python,
+                                 bundle_site=site_root, tree=variant.tree, extra_args=list(variant.extra_args))
+        launch.env.update(variant.env)      # after OVERLAY_ENV: a variant's backend choice wins
+        servers.append(Server(variant, port, launch, out_dir / f"{variant.name}-server.log"))
+    return servers
+
+
+def start_all(servers: list[Server], say) -> None:
+    for s in servers:
+        say(f"[{s.variant.name}] starting: {s.launch.shell()}")
+        s.proc = smoke.start_server(s.launch, s.log_path)
+
+
+def wait_all(servers: list[Server], timeout: float, say) -> None:
+    """Wait for every server's /health (one shared deadline); a server that fails is marked, not fatal."""
+    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    for s in servers:
+        try:
+            smoke.wait_healthy(s.base, s.proc, max(deadline - time.monotonic(), 1.0))
+            s.startup_s = time.monotonic() - t0
+            say(f"[{s.variant.name}] healthy {s.startup_s:.1f} s after the start of the wait")
+        except smoke.SmokeFailure as exc:
+            s.error = str(exc)
+            say(f"[{s.variant.name}] FAIL: {exc}\n---- last lines of {s.log_path} ----\n{smoke.log_tail(s.log_path)}")
+
+
+def stop_all(servers: list[Server], say) -> None:
+    """SIGTERM every server's process group at once (so the grace periods overlap, inside `timeout -k`'s), then
+    wait for each, SIGKILL what is left. SIGTERM/SIGINT are ignored meanwhile: a second signal must not cut
+    the stopping short and leave servers holding the GPU."""
+    import os
+
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for s in servers:
+            if s.proc is not None:
+                try:
+                    os.killpg(s.proc.pid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for s in servers:
+            if s.proc is not None:
+                left = smoke.stop_server(s.proc, 20.0)
+                say(f"[{s.variant.name}] stopped" if not left else f"[{s.variant.name}] processes {left} survived SIGKILL")
+                s.proc = None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+KEY_LINES = ("dummy weights by role", "deliberately broken", "entered", "ERROR", "sm_120 branches forced")
+
+
+def key_harness_lines(server: Server) -> list[str]:
+    """The harness lines that say what a server ran: its weights, a broken kernel, the sm_120 entries."""
+    return [l for l in smoke.harness_lines(server.log_path, limit=200) if any(k in l for k in KEY_LINES)]
+
+
+def say_key_lines(servers: list[Server], say, out_dir: Path | None = None) -> None:
+    """Print each server's key harness lines; with out_dir also write them, with start-up and error, to servers.json."""
+    import json
+
+    record = {}
+    for s in servers:
+        lines = key_harness_lines(s)
+        for line in lines:
+            say(f"[{s.variant.name}] {line[:300]}")
+        record[s.variant.name] = {"tree": s.variant.tree, "env": s.variant.env, "startup_s": s.startup_s,
+                                  "error": s.error, "harness_lines": lines}
+    if out_dir is not None:
+        (Path(out_dir) / "servers.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def sigterm_as_exit():
+    """SIGTERM (`timeout`, a lease ending) raises SystemExit(143), so the caller's finally stops every server:
+    each runs in its own session and would otherwise outlive this process, holding the GPU."""
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

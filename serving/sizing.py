@@ -1,0 +1,144 @@
+"""Memory sizing of DeepSeek-V4-Flash computed from its config.json (COMPUTED, NOT MEASURED).
+
+    python -m serving.sizing [--config serving/dsv4_flash_config.json] [--tp 8] [--gpu-gib 96]
+                             [--mem-fraction 0.85] [--reserve-gib 6] [--context 1048576]
+
+What it counts, from the config and the pinned sglang's layer shapes (models/deepseek_v4.py,
+layers/attention/dsv4/compressor.py and indexer.py, mxfp4_marlin_moe.py):
+  weights   in memory on the sm_120 path: routed experts in MXFP4 (4 bits + one e8m0 scale byte per
+            32), the other linears of attention and the shared expert in FP8 (1 byte + a fp32 scale per
+            128x128 block) but wo_a in bf16 (SGLANG_OPT_FP8_WO_A_GEMM is off on sm_120), the
+            compressors, the indexer's weights_proj, embeddings and head in bf16, the router, mHC and
+            sinks in fp32; the MTP layer included (it is in the checkpoint).
+  per GPU   at --tp: the routed and shared experts, wq_b / wo_a / wo_b, the embedding and the head split
+            --tp ways; wq_a, wkv, the compressors, the indexer, the router and mHC replicated (sglang
+            builds them as ReplicatedLinear / plain parameters).
+  KV cache  per token, on every rank (one KV head: MQA is not split by TP): each c4 layer keeps one
+            584-byte entry (448 fp8 + 64 bf16 + 8 scale bytes, flash_mla_sm120.py) per 4 tokens plus
+            its indexer's 132-byte entry (128 fp8 + fp32 scale) per 4 tokens, each c128 layer one
+            584-byte entry per 128 tokens; every layer's sliding window adds 584 bytes x window per
+            request, not per token.
+Real usage differs by page rounding (256-token pages), CUDA-graph pools, activations and NCCL buffers:
+--reserve-gib stands for those. Check a real start's log ("KV Cache is allocated", "max_total_num_tokens").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "dsv4_flash_config.json"
+GIB = 1 << 30
+KV_ENTRY = 448 + 64 * 2 + 8          # bytes per compressed/window entry of the sm_120 FP8 cache
+INDEXER_ENTRY = 128 + 4              # fp8 key + its fp32 scale
+FP4_BYTES = 0.5 + 1 / 32             # e2m1 + one e8m0 per 32
+FP8_BYTES = 1 + 4 / (128 * 128)
+
+
+def layer_kinds(config: dict) -> list[int]:
+    """Compress ratio of every layer, the MTP layers' included (the config lists one more entry)."""
+    n = config["num_hidden_layers"] + config.get("num_nextn_predict_layers", 0)
+    return list(config["compress_ratios"][:n])
+
+
+def weight_bytes(config: dict, tp: int = 1) -> dict:
+    """{'total': bytes of the whole checkpoint's tensors, 'per_gpu': bytes on one of `tp` ranks, by part}."""
+    c = config
+    H, heads, hd = c["hidden_size"], c["num_attention_heads"], c["head_dim"]
+    q, o, g = c["q_lora_rank"], c["o_lora_rank"], c["o_groups"]
+    E, I, hc = c["n_routed_experts"], c["moe_intermediate_size"], c["hc_mult"]
+    ih, ihd = c["index_n_heads"], c["index_head_dim"]
+    split, repl = {}, {}
+
+    def add(d, key, value):
+        d[key] = d.get(key, 0.0) + value
+
+    for ratio in layer_kinds(c):
+        add(split, "routed experts (MXFP4)", E * 3 * H * I * FP4_BYTES)
+        add(split, "shared expert (FP8)", c["n_shared_experts"] * 3 * H * I * FP8_BYTES)
+        add(split, "attention wq_b/wo_b (FP8)", (q * heads * hd + g * o * H) * FP8_BYTES)
+        # wo_a is bf16 in memory on sm_120 (ServerArgs turns SGLANG_OPT_FP8_WO_A_GEMM off there)
+        add(split, "attention wo_a (bf16)", heads * hd // g * g * o * 2)
+        add(repl, "attention wq_a/wkv (FP8)", (H * q + H * hd) * FP8_BYTES)
+        add(repl, "router, mHC, sinks, norms (fp32)",
+            E * H * 4 + 2 * (2 + hc) * hc * hc * H * 4 + heads * 4 + (q + hd + 2 * H) * 4)
+        if ratio:
+            coff = 2 if ratio == 4 else 1
+            add(repl, "compressors (bf16)", (H * 2 * coff * hd + ratio * coff * hd * 2) * 2)
+        if ratio == 4:
+            add(repl, "indexer (FP8 wq_b, bf16 rest)", q * ih * ihd * FP8_BYTES + H * ih * 2 + H * 2 * 2 * ihd * 2)
+    add(split, "embedding + head (bf16)", 2 * c["vocab_size"] * H * 2)
+    total = sum(split.values()) + sum(repl.values())
+    per_gpu = {k: v / tp for k, v in split.items()} | repl
+    return {"total": total, "parts": {**split, **repl}, "per_gpu": per_gpu, "per_gpu_total": sum(per_gpu.values())}
+
+
+def kv_bytes(config: dict) -> dict:
+    """KV bytes per token (all layers) and per request (the windows), on each rank."""
+    per_token = per_request = 0.0
+    kinds = layer_kinds(config)[: config["num_hidden_layers"]]    # the MTP layer keeps no cache without MTP
+    for ratio in kinds:
+        per_request += config["sliding_window"] * KV_ENTRY
+        if ratio == 4:
+            per_token += (KV_ENTRY + INDEXER_ENTRY) / 4
+        elif ratio:
+            per_token += KV_ENTRY / ratio
+    return {"per_token": per_token, "per_request": per_request,
+            "layers": {r: kinds.count(r) for r in sorted(set(kinds))}}
+
+
+def plan(config: dict, tp: int, gpu_gib: float, mem_fraction: float, reserve_gib: float, context: int) -> dict:
+    w = weight_bytes(config, tp)
+    kv = kv_bytes(config)
+    pool = gpu_gib * GIB * mem_fraction - w["per_gpu_total"]
+    tokens = max(pool, 0) / kv["per_token"]
+    request = kv["per_token"] * context + kv["per_request"]
+    return {"tp": tp, "gpu_gib": gpu_gib, "mem_fraction": mem_fraction, "reserve_gib": reserve_gib,
+            "weights_total_gib": w["total"] / GIB, "weights_per_gpu_gib": w["per_gpu_total"] / GIB,
+            "kv_per_token_bytes": kv["per_token"], "window_per_request_bytes": kv["per_request"],
+            "layers_by_ratio": kv["layers"], "kv_pool_per_gpu_gib": pool / GIB, "kv_tokens": tokens,
+            "context": context, "requests_at_context": max(pool, 0) / request,
+            "headroom_gib": gpu_gib * (1 - mem_fraction) - reserve_gib,
+            "parts_gib": {k: v / GIB for k, v in w["parts"].items()}}
+
+
+def text(p: dict) -> str:
+    lines = [f"COMPUTED from config.json, not measured: TP={p['tp']}, {p['gpu_gib']:g} GiB per GPU, "
+             f"--mem-fraction-static {p['mem_fraction']:g}",
+             f"weights: {p['weights_total_gib']:.1f} GiB in all, {p['weights_per_gpu_gib']:.1f} GiB per GPU"]
+    lines += [f"  {k}: {v:.1f} GiB" for k, v in p["parts_gib"].items()]
+    lines += [f"KV cache: {p['kv_per_token_bytes']:.0f} bytes per token per GPU (layers by compress ratio "
+              f"{p['layers_by_ratio']}), + {p['window_per_request_bytes'] / (1 << 20):.1f} MiB per request "
+              "(the sliding windows)",
+              f"KV pool per GPU: {p['kv_pool_per_gpu_gib']:.1f} GiB = {p['kv_tokens'] / 1e6:.1f} M tokens; "
+              f"{p['requests_at_context']:.1f} requests of {p['context']} tokens",
+              f"outside the static pool: {p['gpu_gib'] * (1 - p['mem_fraction']):.1f} GiB per GPU for CUDA graphs, "
+              f"activations and NCCL (assumed need {p['reserve_gib']:g} GiB: headroom {p['headroom_gib']:.1f} GiB)"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m serving.sizing", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--gpu-gib", type=float, default=96.0, help="memory per GPU (RTX PRO 6000: 96 GB)")
+    ap.add_argument("--mem-fraction", type=float, default=0.85)
+    ap.add_argument("--reserve-gib", type=float, default=6.0)
+    ap.add_argument("--context", type=int, default=1 << 20)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        config = json.loads(args.config.read_text())
+        result = plan(config, args.tp, args.gpu_gib, args.mem_fraction, args.reserve_gib, args.context)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"sizing: expected a DeepSeek-V4 config.json at {args.config}, found {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=1) if args.json else text(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

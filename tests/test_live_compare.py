@@ -1,0 +1,169 @@
+"""bench/logprob_compare.py and bench/live_compare.py on a CPU: the per-step difference on the common prefix,
+the first divergence, the tolerance calibration, and the verdicts (good pairs within, broken pairs out).
+
+Sequences are built from a seeded random next-token distribution per step (as sglang returns them:
+sorted top-k (logprob, id)); a second server is the same distributions plus a perturbation of chosen size.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from bench import live_compare, logprob_compare as lc
+
+VOCAB = 64
+
+
+def distribution(rng: random.Random) -> list[float]:
+    logits = [rng.gauss(0, 3) for _ in range(VOCAB)]
+    z = math.log(sum(math.exp(x) for x in logits))
+    return [x - z for x in logits]
+
+
+def decode(steps: int, seed: int, noise: float = 0.0, noise_seed: int = 99, k: int = 10) -> dict:
+    """A greedy sequence with top-k logprobs; `noise` perturbs every logit (then renormalised)."""
+    rng, nrng = random.Random(seed), random.Random(noise_seed)
+    seq = {"tokens": [], "top": []}
+    for _ in range(steps):
+        lp = distribution(rng)
+        if noise:
+            lp = [x + nrng.uniform(-noise, noise) for x in lp]
+            z = math.log(sum(math.exp(x) for x in lp))
+            lp = [x - z for x in lp]
+        ranked = sorted(((x, t) for t, x in enumerate(lp)), reverse=True)
+        seq["tokens"].append(ranked[0][1])
+        seq["top"].append(ranked[:k])
+    return seq
+
+
+def test_identical_sequences_differ_by_nothing():
+    a = decode(32, 1)
+    r = lc.compare_sequences(a, a)
+    assert r["max_diff"] == 0 and r["first_divergence"] is None and r["compared"] == 32
+
+
+def test_difference_is_bounded_by_the_perturbation():
+    a, b = decode(32, 1), decode(32, 1, noise=1e-3)
+    r = lc.compare_sequences(a, b)
+    assert 0 < r["max_diff"] <= 4e-3          # each logprob moves by at most 2x the noise (logit + normaliser)
+
+
+def test_comparison_stops_at_the_first_divergence_and_includes_it():
+    a = decode(20, 1)
+    b = {"tokens": list(a["tokens"]), "top": [list(s) for s in a["top"]]}
+    b["tokens"][7] = a["top"][7][1][1]                     # the runner-up chosen at step 7
+    b["top"][12] = [(lp - 5.0, t) for lp, t in a["top"][12]]   # after the divergence: not compared
+    r = lc.compare_sequences(a, b)
+    assert r["first_divergence"] == 7 and r["compared"] == 8 and r["max_diff"] == 0
+    assert r["margin_at_divergence"] == pytest.approx(a["top"][7][0][0] - a["top"][7][1][0])
+
+
+def test_a_token_missing_from_the_other_top_k_counts_as_at_least_the_gap():
+    top_a = [(-0.1, 1), (-2.5, 2), (-3.0, 3)]
+    top_b = [(-0.1, 1), (-2.0, 4), (-2.2, 5)]
+    # token 4: -2.0 in b, absent from a, whose smallest returned is -3.0: at least 1.0 apart
+    # token 2: -2.5 in a, absent from b, whose smallest is -2.2: no bound (0), not an invented difference
+    assert lc.step_difference(top_a, top_b, k=2) == pytest.approx(1.0)
+    assert lc.step_difference(top_a[:2], [(-0.1, 1), (-2.0, 4)], k=2) == pytest.approx(0.5)
+
+
+def test_empty_inputs_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="expected decoded steps in both sequences, found none"):
+        lc.compare_sequences({"tokens": [], "top": []}, {"tokens": [], "top": []})
+    with pytest.raises(ValueError, match="expected the same number of sequences, found 1 and 2"):
+        lc.compare_runs([decode(2, 1)], [decode(2, 1), decode(2, 2)])
+
+
+def fake_decodes(noise: dict) -> dict:
+    """{variant: {'batch1': [...], 'batch4': [...]}}: the reference torch plus perturbed others."""
+    out = {}
+    for variant, eps in noise.items():
+        out[variant] = {f"batch{b}": [decode(48, seed, noise=eps, noise_seed=hash(variant) % 1000 + seed)
+                                      for seed in range(b)] for b in (1, 4)}
+    return out
+
+
+def test_calibrated_tolerances_pass_good_pairs_and_fail_broken_ones():
+    decodes = fake_decodes({"torch": 0.0, "triton": 2e-3, "mma": 2e-3, "pinned": 2e-2,
+                            "zero-attn": 1.0, "no-sink": 0.3, "drop-split": 0.1})
+    result = live_compare.evaluate(decodes, [1, 4])
+    assert result["tol_kernel"] == pytest.approx(lc.SAFETY * max(r["max_diff"] for r in result["rows"]
+                                                                 if r["role"] == "calibrate-kernel"))
+    assert result["tol_tree"] > result["tol_kernel"]
+    verdicts = {(r["pair"], r["batch"]): r["verdict"] for r in result["rows"]}
+    assert verdicts[("mma vs torch", 4)] == "PASS (expected)"
+    assert verdicts[("pinned vs patched-mma", 1)] == "PASS (expected)"
+    for pair in ("attention zeroed vs torch", "sink ignored vs torch", "one split dropped vs torch"):
+        assert verdicts[(pair, 1)] == verdicts[(pair, 4)] == "FAIL (expected)"
+    assert result["all_as_expected"]
+    assert "all as expected" in live_compare.table(result)
+
+
+def test_a_broken_kernel_that_passes_is_reported_unexpected():
+    decodes = fake_decodes({"torch": 0.0, "triton": 2e-3, "mma": 2e-3, "drop-split": 1e-3})
+    result = live_compare.evaluate(decodes, [1, 4])
+    row = next(r for r in result["rows"] if r["pair"] == "one split dropped vs torch")
+    assert row["verdict"] == "PASS (UNEXPECTED)" and not result["all_as_expected"]
+    assert "NOT all as expected" in live_compare.table(result)
+
+
+def test_sequences_read_sglang_generate_answers():
+    step = [[-0.5, 7, None], [-1.5, 9, None]]
+    one = {"text": "x", "meta_info": {"output_token_logprobs": [[-0.5, 7, None], [-0.2, 3, None]],
+                                      "output_top_logprobs": [step, [[-0.2, 3, None], [-2.0, 4, None]]]}}
+    seqs = live_compare.sequences([one, one])
+    assert len(seqs) == 2 and seqs[0]["tokens"] == [7, 3] and seqs[0]["top"][0] == [(-0.5, 7), (-1.5, 9)]
+    assert live_compare.sequences(one)[0]["logprobs"] == [-0.5, -0.2]
+
+
+def test_prompts_and_request_body_are_fixed():
+    p = live_compare.prompts(16)
+    assert p == live_compare.prompts(16) and p[0] == live_compare.prompts(1)[0]
+    assert all(16 <= t < 496 for row in p for t in row)
+    body = live_compare.request_body(p[:1], 256)
+    assert body["input_ids"] == p[0] and body["top_logprobs_num"] >= lc.TOP_K
+    assert body["sampling_params"] == {"max_new_tokens": 256, "temperature": 0, "ignore_eos": True}
+    assert live_compare.request_body(p, 8)["input_ids"] == p
+
+
+def test_command_line_refuses_bad_input(capsys):
+    assert live_compare.main(["--out", "x"]) == 2
+    assert "expected --bundle DIR and --out DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        live_compare.parse_args(["--variants", "mma,bogus"])
+    assert exc.value.code == 2
+    assert "expected variants from pinned, mma" in capsys.readouterr().err
+
+
+def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_path):
+    """live_compare's run against fake servers (tests/serve_fake_server.py logprobs mode): every variant's
+    decodes written, the comparison table printed, every server process gone afterwards."""
+    import sys
+    from pathlib import Path
+
+    from bench import server_pool
+    from serving import serve_cmd
+
+    fake = Path(__file__).resolve().parent / "serve_fake_server.py"
+    shifts = {"torch": 0.0, "triton": 1e-3, "mma": 1e-3, "pinned": 1e-2, "zero-attn": 2.0, "no-sink": 1.0,
+              "drop-split": 0.5}
+    variants = [server_pool.Variant(v, *live_compare.VARIANTS[v]) for v in shifts]
+    servers = server_pool.build(variants, None, sys.executable, tmp_path)
+    for s in servers:    # the fake instead of sglang; FAKE_SHIFT plays the variant's numerics
+        s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "logprobs", "--port", str(s.port)],
+                                    env={"FAKE_SHIFT": str(shifts[s.variant.name])})
+    args = live_compare.parse_args(["--out", str(tmp_path), "--output-len", "24", "--batch", "1,4",
+                                    "--start-timeout", "60"])
+    rc = live_compare._run(servers, args)
+    assert rc == 0
+    assert all(s.proc is None for s in servers)
+    for v in shifts:
+        record = json.loads((tmp_path / f"{v}.json").read_text())
+        assert len(record["decodes"]["batch4"]) == 4 and len(record["decodes"]["batch1"][0]["tokens"]) == 24
+    result = json.loads((tmp_path / "compare.json").read_text())
+    assert result["all_as_expected"] and result["tol_kernel"] > 0
+    servers_json = json.loads((tmp_path / "servers.json").read_text())
+    assert set(servers_json) == set(shifts) and servers_json["torch"]["env"]["SGLANG_SM120_SPARSE_DECODE"] == "torch"
