@@ -138,6 +138,18 @@ def test_command_line_refuses_bad_input(capsys):
     assert "expected variants from pinned, mma" in capsys.readouterr().err
 
 
+def test_a_comparison_of_nothing_is_not_all_as_expected():
+    """No server answered (the first H200 run: every start timed out): nothing was compared, so nothing
+    passed. Likewise a broken kernel judged without a tolerance (no calibration pair ran)."""
+    result = live_compare.evaluate({}, [1, 16])
+    assert result["rows"] == [] and not result["all_as_expected"]
+    assert "NOT all as expected" in live_compare.table(result)
+    only_red = fake_decodes({"torch": 0.0, "zero-attn": 1.0})
+    result = live_compare.evaluate(only_red, [1, 4])
+    assert result["rows"] and {r["verdict"] for r in result["rows"]} == {"no tolerance"}
+    assert not result["all_as_expected"]
+
+
 def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_path):
     """live_compare's run against fake servers (tests/serve_fake_server.py logprobs mode): every variant's
     decodes written, the comparison table printed, every server process gone afterwards."""
