@@ -14,7 +14,8 @@ from pathlib import Path
 from . import PatchkitError, UsageError
 from .check import check_repository
 from .engine import Engine
-from .lock import repo_lock
+from .patchfile import parse_patch
+from .bookkeeping import RepoFiles
 from .pr import export as export_pr
 from .rebase import run as rebase
 from .report import format_state, table
@@ -81,8 +82,10 @@ def cmd_export(engine, args) -> int:
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
     with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \
-            repo_lock(engine.build_root, engine.repo, "export"):
+            RepoFiles(engine.build_root, engine.repo).lock("export"):
         exported = export_series(src, Path(tmp))
+        for f in exported:    # refused before anything is written: a symlink, a mode change, an unreadable name
+            parse_patch(f)
         write_series(exported, engine.patches_root / args.upstream)
         engine.series(args.upstream)   # validates headers and overlay claims of the new series
     print(f"wrote {len(exported)} patch(es) to {engine.patches_root / args.upstream}")
@@ -119,8 +122,17 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     return parser
 
 
+def _printable_streams() -> None:
+    """stdout/stderr that cannot encode a character (LC_ALL=C, PYTHONIOENCODING=latin-1) escape it instead
+    of raising: a report is never what fails a command, and never after its writes."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(repo: Path, argv=None, extensions=()) -> int:
     """Run one command on the repository `repo`; `extensions` add the caller's own subcommands."""
+    _printable_streams()
     parser = build_parser(extensions)
     args = parser.parse_args(argv)
     try:
