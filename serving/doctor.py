@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit import PatchkitError, jsonio
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = REPO / ".venv-sglang"
 MIN_SM120_CUDA = (12, 8)   # sglang's is_sm120_supported(): capability major 12 and CUDA >= 12.8
@@ -91,7 +93,10 @@ def probe_env(python: Path) -> dict:
     out = _run([str(python), "-c", PROBE], timeout=300)
     if out is None:
         return {"torch_error": f"{python} could not run the probe"}
-    return json.loads(out.strip().splitlines()[-1])
+    try:   # the probe's last line; bounded like every JSON serving reads
+        return jsonio.parse(out.strip().splitlines()[-1] if out.strip() else "", "the probe's output")
+    except PatchkitError as exc:
+        return {"torch_error": str(exc)}
 
 
 def nvidia_smi() -> tuple[str | None, str | None]:
@@ -235,8 +240,14 @@ def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.
                              env={**environ, "PYTHONPATH": os.pathsep.join(entries)}).stdout
     except (OSError, subprocess.SubprocessError):
         facts.torch_error = f"{python} could not run the probe"
+    env = None
     if out:
-        env = json.loads(out.strip().splitlines()[-1])
+        try:
+            env = jsonio.parse(out.strip().splitlines()[-1] if out.strip() else "", "the probe's output",
+                               lambda v: None if isinstance(v, dict) else "expected a JSON object")
+        except PatchkitError as exc:
+            facts.torch_error = str(exc)
+    if env:
         facts.versions = env.get("versions", {})
         facts.torch_cuda = env.get("torch_cuda")
         facts.torch_error = env.get("torch_error")

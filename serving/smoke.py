@@ -31,6 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit import jsonio
 from serving import serve_cmd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,10 +141,8 @@ def get_json(url: str, body: dict | None = None) -> dict:
         raise SmokeFailure(f"{url}: expected HTTP 200, got {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SmokeFailure(f"{url}: request failed: {exc}") from None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise SmokeFailure(f"{url}: expected JSON, got {raw[:200]!r}") from None
+    # size- and depth-limited (a server's reply is data): one SmokeFailure line, never a RecursionError
+    return jsonio.parse(raw, url, error=SmokeFailure)
 
 
 def stream_events(url: str, body: dict):
@@ -162,10 +161,7 @@ def stream_events(url: str, body: dict):
             payload = line[len("data:"):].strip()
             if payload == "[DONE]":
                 return
-            try:
-                yield time.perf_counter(), json.loads(payload)
-            except ValueError:
-                raise SmokeFailure(f"{url} (stream): expected JSON events, got {payload[:200]!r}") from None
+            yield time.perf_counter(), jsonio.parse(payload, f"{url} (stream event)", error=SmokeFailure)
     raise SmokeFailure(f"{url} (stream): the stream ended without data: [DONE]")
 
 
