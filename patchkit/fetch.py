@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PatchkitError, fsio
+from . import PatchkitError, faults, fsio
 from .hashing import sha256_file, sha256_stream
 
 
@@ -96,6 +96,9 @@ def _check_sha256(path: Path, upstream, where: str, remedy: str) -> None:
                             f"expected {upstream.sha256}, found {found} ({remedy})")
 
 
+_verified: dict[str, int] = {}   # verified opens per upstream by this process (the `fetched` fault point)
+
+
 def _open_verified(path: Path, upstream, remedy: str):
     """`path` opened once (a regular file, no link followed), its sha256 checked from that handle; at offset 0."""
     fd = fsio.open_regular(path, f"the cached wheel of {upstream.label}")
@@ -126,7 +129,11 @@ def fetch_open(upstream, log=print):
             _check_sha256(got, upstream, f"{got.name} from pip",
                           "pin.lock and the file pip's configuration serves disagree; nothing cached")
             _keep(got, dest)
-    return dest, _open_verified(dest, upstream, "delete the file to fetch it again")
+    handle = _open_verified(dest, upstream, "delete the file to fetch it again")
+    n = _verified.get(upstream.name, 0)
+    _verified[upstream.name] = n + 1
+    faults.point("fetched", n)      # the race test swaps the cached file here: the handle must not care
+    return dest, handle
 
 
 def fetch(upstream, log=print) -> Path:
