@@ -80,6 +80,8 @@ class Engine:
     # -- state ----------------------------------------------------------------------------------
     def _inspect(self, target: Target, log=_quiet) -> TargetState:
         journal = target.files.journal()     # first: a journal that is not a file stops everything
+        for name in self.lock.upstreams:    # every root checked against its wheel: a typo never skips a series
+            self.pristine(name, log)
         states, touched = [], []
         for name, up in self.lock.upstreams.items():
             st = UpstreamState(name, self.pin_label(up), present=target.holds(up.root))
@@ -229,6 +231,8 @@ class Engine:
     def prepare_default_target(self, log=print) -> Path:
         """build/site with every pinned upstream unpacked (each all or nothing: see Pristine.unpack)."""
         site = self.default_target
+        for name in self.lock.upstreams:    # every root checked against its wheel before anything is unpacked
+            self.pristine(name, log)
         site.mkdir(parents=True, exist_ok=True)
         with TargetFiles(site).lock("unpack"):
             stale = _staging_dirs(site)
