@@ -91,8 +91,9 @@ def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) ->
             under(path, root, f"{p.path}: diff path")
         for rel in p.overlay:
             under(rel, root, f"{p.path}: Overlay")
-            if fsio.kind_of(Path(overlay_root) / rel) != "a regular file":
-                raise PatchkitError(f"{p.path}: Overlay: expected file overlay/{rel}, found none")
+            kind = fsio.kind_of(Path(overlay_root) / rel)
+            if kind != "a regular file":
+                raise PatchkitError(f"{p.path}: Overlay: expected file overlay/{rel}, found {kind or 'none'}")
             if rel in owner:
                 raise PatchkitError(f"{p.path}: overlay/{rel} is already claimed by {patches[owner[rel]].name}")
             owner[rel] = i

@@ -72,6 +72,7 @@ git checkout patchkit/transaction.py
 # -- issue 28 ---------------------------------------------------------------------------------------
 echo "== 28.1 lock files (lock.py: opened with O_CREAT, following links, as before)"
 guard patchkit/lock.py '            fd = fsio.open_regular(path, f"the lock file of {label}", owned=True, create=True, mode="rw")' '            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)'
+guard patchkit/lock.py '            same = os.lstat(path).st_ino == os.fstat(fd).st_ino' '            same = os.stat(path).st_ino == os.fstat(fd).st_ino'
 run tests/test_faults_links.py -k class1
 git checkout patchkit/lock.py
 echo "== 28.2 stale temps of any type (bookkeeping.py: regular files only, as before)"
@@ -96,8 +97,9 @@ echo "== 28.4 pin.lock root (engine.py: a root with no file in its wheel accepte
 guard patchkit/engine.py '            if not pristine.files_under(up.root):   # a typo'"'"'d root would make every command skip the series' '            if False:'
 run tests/test_faults_drops.py -k root
 git checkout patchkit/engine.py
-echo "== 28.5 JSON depth (jsonio.py: no depth limit)"
+echo "== 28.5 JSON depth (jsonio.py: no depth limit, RecursionError not caught)"
 guard patchkit/jsonio.py '    if depth > max_depth:' '    if False:'
+guard patchkit/jsonio.py '    except (ValueError, RecursionError) as exc:' '    except ValueError as exc:'
 run tests/test_faults_tracebacks.py -k "nested or bundle"
 git checkout patchkit/jsonio.py
 echo "== 28.5 encoding (cli.py: streams not made escaping)"

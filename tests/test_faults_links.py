@@ -36,7 +36,7 @@ def test_class1_symlink_at_the_target_lock_is_refused_and_its_file_untouched(tmp
     before = snapshot(site)
     for cmd in ("apply", "revert"):
         proc = cli(repo, cmd, "--target", str(site), env=env)
-        assert one_line_error(proc) and ".patchkit-lock" in proc.stderr and "symlink" in proc.stderr, proc.stderr
+        assert one_line_error(proc) and ".patchkit-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
     assert snapshot(site) == before and os.path.islink(site / ".patchkit-lock")
     assert (victim.read_text() == PRECIOUS) if not dangling else not victim.exists()
 
@@ -49,7 +49,7 @@ def test_class1_tracked_symlink_at_build_site_lock_never_overwrites_the_file_nex
     (repo / "build" / "site").mkdir(parents=True)
     os.symlink("../../../victim.txt", repo / "build" / "site" / ".patchkit-lock")
     proc = cli(repo, "apply", env=env)
-    assert one_line_error(proc) and "build/site/.patchkit-lock" in proc.stderr and "symlink" in proc.stderr, proc.stderr
+    assert one_line_error(proc) and "build/site/.patchkit-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
     assert victim.read_text() == PRECIOUS
     assert not (repo / "build" / "site" / PACKAGE).exists()
 
@@ -61,7 +61,7 @@ def test_class1_symlink_at_the_repository_lock_is_refused_by_export(tmp_path):
     os.symlink(victim, repo / "build" / ".patchkit-repo-lock")
     before = {p.name: p.read_bytes() for p in (repo / "patches" / PACKAGE).iterdir()}
     proc = cli(repo, "export", PACKAGE, env=env)
-    assert one_line_error(proc) and ".patchkit-repo-lock" in proc.stderr and "symlink" in proc.stderr, proc.stderr
+    assert one_line_error(proc) and ".patchkit-repo-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
     assert victim.read_text() == PRECIOUS
     assert {p.name: p.read_bytes() for p in (repo / "patches" / PACKAGE).iterdir()} == before
 
@@ -112,7 +112,7 @@ def test_class2_bookkeeping_file_that_is_a_link_is_a_one_line_error(tmp_path, na
     before = snapshot(site)
     for cmd in ("status", "apply", "revert"):
         proc = cli(repo, cmd, "--target", str(site), env=env)
-        assert one_line_error(proc) and name in proc.stderr and "symlink" in proc.stderr, (cmd, proc.stderr)
+        assert one_line_error(proc) and name in proc.stderr and "found a symlink" in proc.stderr, (cmd, proc.stderr)
     assert snapshot(site) == before
 
 
@@ -127,5 +127,5 @@ def test_class2_target_file_that_is_a_link_out_of_the_tree_is_refused(tmp_path):
     before = snapshot(site)
     for cmd in ("apply", "status"):
         proc = cli(repo, cmd, "--target", str(site), env=env)
-        assert one_line_error(proc) and "util.py" in proc.stderr and "symlink" in proc.stderr, (cmd, proc.stderr)
+        assert one_line_error(proc) and "util.py" in proc.stderr and "found a symlink" in proc.stderr, (cmd, proc.stderr)
     assert snapshot(site) == before and (site / PACKAGE / "util.py").is_symlink()

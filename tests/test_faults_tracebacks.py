@@ -29,7 +29,7 @@ def test_class5_deeply_nested_journal_reads_as_interrupted_and_recovers(tmp_path
     (site / ".patchkit-journal.json").write_text(DEEP)
     proc = cli(repo, "status", "--target", str(site), env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "interrupted" in proc.stdout and "malformed" in proc.stdout and "nested" in proc.stdout, proc.stdout
+    assert "interrupted" in proc.stdout and "malformed" in proc.stdout and "nested at most" in proc.stdout, proc.stdout
     assert cli(repo, "apply", "--target", str(site), env=env).returncode == 0
     assert not (site / ".patchkit-journal.json").exists()
 
@@ -40,7 +40,7 @@ def test_class5_deeply_nested_record_is_a_one_line_error(tmp_path):
     before = snapshot(site)
     for cmd in ("status", "apply", "revert"):
         proc = cli(repo, cmd, "--target", str(site), env=env)
-        assert one_line_error(proc) and ".patchkit-written.json" in proc.stderr and "nested" in proc.stderr, (cmd, proc.stderr)
+        assert one_line_error(proc) and ".patchkit-written.json" in proc.stderr and "nested at most" in proc.stderr, (cmd, proc.stderr)
     assert snapshot(site) == before
 
 
@@ -50,11 +50,11 @@ def test_class5_deeply_nested_rebase_state_is_a_one_line_error(demo):
     (repo / "build" / "rebase" / "state.json").write_text(DEEP)
     before = data_snapshot(repo)
     proc = cli(repo, "rebase", "--continue", env=env)
-    assert one_line_error(proc) and "state.json" in proc.stderr and "nested" in proc.stderr, proc.stderr
+    assert one_line_error(proc) and "state.json" in proc.stderr and "nested at most" in proc.stderr, proc.stderr
     assert data_snapshot(repo) == before
 
 
-@pytest.mark.parametrize("manifest,says", [(DEEP, "nested"), ('{"format": 1, "files": 5}', "'target'"),
+@pytest.mark.parametrize("manifest,says", [(DEEP, "nested at most"), ('{"format": 1, "files": 5}', "'target'"),
                                            ('{"format": 1, "target": {"python": "3.11"}, "files": '
                                             '[{"path": "../x", "size": 1, "sha256": "' + "0" * 64 + '"}], '
                                             '"payload": []}', "../x")], ids=["deep", "no-target", "climbs-out"])
