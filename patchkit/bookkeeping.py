@@ -128,14 +128,13 @@ class TargetFiles(OwnedFiles):
     def _written(self) -> dict[str, dict]:
         """path -> {"sha256": [digests], "stat": [size, mtime_ns] or None, "legacy"}, validated."""
         path = self.path("written")
-        try:
-            data = self.read_json("written")
-        except PatchkitError as exc:
-            if "nothing written" in str(exc):
-                raise
-            raise _bad_record(path, str(exc).split(": ", 1)[-1]) from None
-        if data is None:
+        raw = self.read_bytes("written")      # not a regular file of ours: its own one-line error
+        if raw is None:
             return {}
+        try:
+            data = jsonio.parse(raw, path, max_bytes=self.LIMIT)
+        except PatchkitError as exc:
+            raise _bad_record(path, str(exc).split(": ", 1)[-1]) from None
         legacy = False
         if isinstance(data, dict) and data.get("format") == 2 and isinstance(data.get("files"), dict):
             entries = data["files"]

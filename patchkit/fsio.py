@@ -7,7 +7,10 @@ destination (rename replaces a link itself, never what it points at). A kill at 
 old file or the new one, plus at most a temp file that `stale_temp_files` finds and `remove_stale` deletes.
 
 `read_owned` is the matching reader for bookkeeping: the file must be a regular file owned by this user,
-opened without following a link; anything else is a one-line PatchkitError naming the path.
+opened without following a link; anything else is a one-line PatchkitError naming the path. `read_regular`
+reads data (patches, overlay files, target files) the same way without the owner check; `open_regular`
+hands out the descriptor itself (a lock file, a cached wheel that is hashed and then read through it);
+`link_on_the_way` finds a symlink between a tree's root and a file in it.
 """
 from __future__ import annotations
 
