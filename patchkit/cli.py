@@ -18,7 +18,7 @@ from .patchfile import parse_patch
 from .bookkeeping import RepoFiles
 from .pr import export as export_pr
 from .rebase import run as rebase
-from .report import format_state, table
+from .report import format_state, printable_streams, table
 from .state import APPLIED, PRISTINE
 from .worktree import build_worktree, export_series, write_series
 
@@ -122,17 +122,9 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     return parser
 
 
-def _printable_streams() -> None:
-    """stdout/stderr that cannot encode a character (LC_ALL=C, PYTHONIOENCODING=latin-1) escape it instead
-    of raising: a report is never what fails a command, and never after its writes."""
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
-
-
 def main(repo: Path, argv=None, extensions=()) -> int:
     """Run one command on the repository `repo`; `extensions` add the caller's own subcommands."""
-    _printable_streams()
+    printable_streams()
     parser = build_parser(extensions)
     args = parser.parse_args(argv)
     try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import PatchkitError, jsonio
+from patchkit.report import printable_streams
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = REPO / ".venv-sglang"
@@ -339,6 +340,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.doctor", description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run_doctor(parser.parse_args(argv))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import jsonio
+from patchkit.report import printable_streams
 from serving import serve_cmd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -356,6 +357,7 @@ def _raise_terminated(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.smoke", description=__doc__.split("\n")[0])
     serve_cmd.add_arguments(parser)
     parser.add_argument("--timeout", type=float, default=1200.0,

@@ -102,7 +102,7 @@ guard patchkit/jsonio.py '    except (ValueError, RecursionError) as exc:' '    
 run tests/test_faults_tracebacks.py -k "nested or bundle"
 git checkout patchkit/jsonio.py
 echo "== 28.5 encoding (cli.py: streams not made escaping)"
-guard patchkit/cli.py '    _printable_streams()' '    pass'
+guard patchkit/cli.py '    printable_streams()' '    pass'
 run tests/test_faults_tracebacks.py -k stdout
 git checkout patchkit/cli.py
 echo "== 28.6 one handle (engine.py: the wheel reopened by name after its check)"
