@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import tempfile
+import weakref
 import zipfile
 from functools import cached_property
 from pathlib import Path
@@ -27,7 +28,11 @@ class Pristine:
         try:
             self._zip = zipfile.ZipFile(handle if handle is not None else self.wheel)
         except zipfile.BadZipFile as exc:
+            if handle is not None:
+                handle.close()
             raise PatchkitError(f"{self.wheel}: expected a wheel (a zip file), found {exc}") from None
+        if handle is not None:   # ZipFile never closes a handle it was given: this view owns it
+            weakref.finalize(self, handle.close)
 
     def top_level(self) -> list[str]:
         """The wheel's top-level names (packages, dist-info), in order."""
