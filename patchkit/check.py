@@ -39,9 +39,9 @@ class Finding:
 def check_repository(engine, log=print) -> list[Finding]:
     findings = []
     for name, up in engine.lock.upstreams.items():
+        pristine = engine.pristine(name)       # first: a root that matches nothing in the wheel is named as such
         series = engine.series(name)
         chain = engine.chain(name, log=log)
-        pristine = engine.pristine(name)
         trips = {p.split(":")[0]: p.split(": ", 1)[1]
                  for p in roundtrip_differences(series, pristine, up.root, up.label)}
         for p in series.patches:

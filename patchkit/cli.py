@@ -14,10 +14,11 @@ from pathlib import Path
 from . import PatchkitError, UsageError, attestation, patchset
 from .check import check_repository
 from .engine import Engine
-from .lock import repo_lock
+from .patchfile import parse_patch
+from .bookkeeping import RepoFiles
 from .pr import export as export_pr
 from .rebase import run as rebase
-from .report import format_state, table
+from .report import format_state, printable_streams, table
 from .state import APPLIED, PRISTINE
 from .worktree import build_worktree, export_series, write_series
 
@@ -94,8 +95,10 @@ def cmd_export(engine, args) -> int:
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
     with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \
-            repo_lock(engine.build_root, engine.repo, "export"):
+            RepoFiles(engine.build_root, engine.repo).lock("export"):
         exported = export_series(src, Path(tmp))
+        for f in exported:    # refused before anything is written: a symlink, a mode change, an unreadable name
+            parse_patch(f)
         write_series(exported, engine.patches_root / args.upstream)
         engine.series(args.upstream)   # validates headers and overlay claims of the new series
     print(f"wrote {len(exported)} patch(es) to {engine.patches_root / args.upstream}")
@@ -153,6 +156,7 @@ def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = Non
     """Run one command on the repository `repo` (a checkout, None if none was found), else `shipped` (an
     installed package's own pin.lock, patches/ and overlay/, read-only); `extensions` add the caller's own
     subcommands."""
+    printable_streams()
     parser = build_parser(extensions)
     args = parser.parse_args(argv)
     if not args.version and args.command is None:

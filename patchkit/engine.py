@@ -10,23 +10,27 @@ import shutil
 from contextlib import nullcontext
 from pathlib import Path
 
-from . import PatchkitError, attestation, patchset
+from . import PatchkitError, attestation, fsio, patchset
 from .chain import Chain, build_chain
-from .fetch import fetch
+from .fetch import fetch_open
 from .lockfile import Lock, Upstream, load_lock
-from .lock import target_lock
 from .hashing import sha256_bytes, sha256_file
 from .pristine import STAGE_PREFIX, Pristine
 from .series import Series, load_series
 from .state import (APPLIED, MODIFIED, OUTDATED, PARTIAL, PRISTINE, FileState, PatchState, TargetState,
                     UpstreamState)
+from .bookkeeping import TargetFiles
 from .target import Target
-from .transaction import (Change, commit, journal_path, read_journal, record_written, stray_temp_files,
-                          written_by_us)
+from .transaction import Change, commit
 
 
 def _quiet(*_args, **_kw):
     pass
+
+
+def _staging_dirs(directory: Path) -> list[str]:
+    """Unpack staging directories an interrupted unpack left (real directories only: a link is not ours)."""
+    return sorted(p.name for p in Path(directory).glob(STAGE_PREFIX + "*") if fsio.kind_of(p) == "a directory")
 
 
 class Engine:
@@ -61,7 +65,13 @@ class Engine:
     # -- inputs -------------------------------------------------------------------------------
     def pristine(self, name: str, log=_quiet) -> Pristine:
         if name not in self._pristine:
-            self._pristine[name] = Pristine(fetch(self.lock.upstream(name), log=log))
+            up = self.lock.upstream(name)
+            pristine = Pristine(*fetch_open(up, log=log))
+            if not pristine.files_under(up.root):   # a typo'd root would make every command skip the series
+                raise PatchkitError(f"{self.lock.path}: [upstream.{name}] root: expected a directory of {up.artifact}, "
+                                    f"found no file under {up.root!r} in it (its top-level names: "
+                                    f"{', '.join(pristine.top_level()[:6])}); nothing written")
+            self._pristine[name] = pristine
         return self._pristine[name]
 
     def series(self, name: str) -> Series:
@@ -79,7 +89,9 @@ class Engine:
 
     # -- state ----------------------------------------------------------------------------------
     def _inspect(self, target: Target, log=_quiet) -> TargetState:
-        journal = read_journal(target.path)     # first: a journal that is not a file stops everything
+        journal = target.files.journal()     # first: a journal that is not a file stops everything
+        for name in self.lock.upstreams:    # every root checked against its wheel: a typo never skips a series
+            self.pristine(name, log)
         states, touched = [], []
         for name, up in self.lock.upstreams.items():
             st = UpstreamState(name, self.pin_label(up), present=target.holds(up.root))
@@ -92,7 +104,7 @@ class Engine:
                 states.append(st)
                 continue
             chain = self.chain(name, log)
-            ours = written_by_us(target.path)
+            ours = target.files.written_by_us()
             touched += list(chain.files) + [p for p in ours if p.startswith(up.root + "/")]
             files = {}
             for path, fc in chain.files.items():
@@ -120,8 +132,7 @@ class Engine:
             for rel, owner in chain.series.overlay_owner.items():
                 st.overlay.append((rel, self._patch_state(owner, [rel], files)))
             states.append(st)
-        leftovers = stray_temp_files(target.path, touched) + sorted(
-            p.name for p in target.path.glob(STAGE_PREFIX + "*") if p.is_dir())
+        leftovers = target.files.stale_temps(touched) + _staging_dirs(target.path)
         return TargetState(str(target.path), states, journal, leftovers)
 
     @staticmethod
@@ -174,7 +185,7 @@ class Engine:
 
     def _run(self, op: str, target: Target, to_final: bool, dry_run: bool, log) -> TargetState:
         # One writer per target. A target we may not write needs no lock: _changes refuses any change to it.
-        guard = target_lock(target.path, op) if not dry_run and target.writable() else nullcontext()
+        guard = target.files.lock(op) if not dry_run and target.writable() else nullcontext()
         with guard:
             before = self._inspect(target, log)
             self._refuse_if_unusable(before, target.path)
@@ -187,7 +198,7 @@ class Engine:
                 if not dry_run and target.writable():
                     self._attest(target.path, before, to_final, log)
                 if before.journal is not None and not dry_run:
-                    journal_path(target.path).unlink()
+                    target.files.end()
                     log(f"{op}: finished the interrupted '{before.journal.get('op')}' (nothing left to write)")
                 else:
                     log(f"{op}: nothing to do, target already {'applied' if to_final else 'pristine'}")
@@ -199,8 +210,8 @@ class Engine:
                     log(f"  {verb} {c.path}")
                 return before
             commit(target.path, op, changes)
-            record_written(target.path, [c for c in changes if c.after is not None] if to_final else [],
-                           replace=not to_final)
+            target.files.record([(c.path, c.after) for c in changes if c.after is not None] if to_final else [],
+                                replace=not to_final)
             self._attest(target.path, before, to_final, log)
             for c in changes:
                 target.wrote(c.path, c.after)
@@ -226,7 +237,10 @@ class Engine:
         """Temp files and unpack staging directories of interrupted runs (never a user's file: only our names)."""
         for rel in leftovers:
             path = target / rel
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            if fsio.kind_of(path) == "a directory":
+                shutil.rmtree(path)
+            else:
+                fsio.remove_stale([path])    # a file, or a link of any kind: removed, never followed
         log(f"removed {len(leftovers)} temp file(s) left by an interrupted run: {', '.join(leftovers)}")
 
     def apply(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
@@ -247,9 +261,11 @@ class Engine:
     def prepare_default_target(self, log=print) -> Path:
         """build/site with every pinned upstream unpacked (each all or nothing: see Pristine.unpack)."""
         site = self.default_target
+        for name in self.lock.upstreams:    # every root checked against its wheel before anything is unpacked
+            self.pristine(name, log)
         site.mkdir(parents=True, exist_ok=True)
-        with target_lock(site, "unpack"):
-            stale = sorted(p.name for p in site.glob(STAGE_PREFIX + "*") if p.is_dir())
+        with TargetFiles(site).lock("unpack"):
+            stale = _staging_dirs(site)
             if stale:
                 self._remove_leftovers(site, stale, log)
             for name, up in self.lock.upstreams.items():

@@ -4,6 +4,10 @@ Where a file comes from is pip's configuration, never ours: pip.conf / PIP_CONFI
 variables (index-url, extra-index-url, find-links, no-index, proxy, certificates) are used as the user
 set them. pip is asked for one exact file: the target python, ABI and platform are the pinned wheel's
 own tags, so pip picks that very file on any host. What pip saves is then checked against pin.lock.
+
+A cached wheel is checked and used through one open file handle (`fetch_open`): it is opened without
+following a link and must be a regular file, hashed from that handle, and the same handle is unpacked, so
+a file swapped in after the check is never read, and a FIFO or device never blocks or feeds the unpack.
 """
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PatchkitError
-from .hashing import sha256_file
+from . import PatchkitError, faults, fsio
+from .hashing import sha256_file, sha256_stream
 
 
 def cache_dir() -> Path:
@@ -92,22 +96,52 @@ def _check_sha256(path: Path, upstream, where: str, remedy: str) -> None:
                             f"expected {upstream.sha256}, found {found} ({remedy})")
 
 
-def fetch(upstream, log=print) -> Path:
-    """The cached, verified artifact of `upstream` (a lockfile.Upstream); pip is asked only when it is not cached."""
+_verified: dict[str, int] = {}   # verified opens per upstream by this process (the `fetched` fault point)
+
+
+def _open_verified(path: Path, upstream, remedy: str):
+    """`path` opened once (a regular file, no link followed), its sha256 checked from that handle; at offset 0."""
+    fd = fsio.open_regular(path, f"the cached wheel of {upstream.label}")
+    fh = os.fdopen(fd, "rb")
+    try:
+        found = sha256_stream(fh)
+        if found != upstream.sha256:
+            raise PatchkitError(f"{path}: sha256 mismatch for {upstream.package} {upstream.version}: "
+                                f"expected {upstream.sha256}, found {found} ({remedy})")
+        fh.seek(0)
+    except BaseException:
+        fh.close()
+        raise
+    return fh
+
+
+def fetch_open(upstream, log=print):
+    """(path, open handle) of the cached, verified artifact of `upstream` (a lockfile.Upstream); the handle
+    is the one whose bytes were hashed. pip is asked only when nothing is cached."""
     dest = cache_dir() / upstream.artifact
-    if dest.exists():
-        _check_sha256(dest, upstream, str(dest), "delete the file to fetch it again")
-        return dest
-    log(f"fetching {upstream.artifact} through pip")
-    with _download_dir() as tmp:
-        got = _pip_download(upstream.package, upstream.version, upstream.artifact, Path(tmp))
-        if got.name != upstream.artifact:
-            raise PatchkitError(f"pip download {upstream.package}=={upstream.version}: expected {upstream.artifact}, "
-                                f"found {got.name}; nothing cached")
-        _check_sha256(got, upstream, f"{got.name} from pip",
-                      "pin.lock and the file pip's configuration serves disagree; nothing cached")
-        _keep(got, dest)
-    return dest
+    if fsio.kind_of(dest) is None:      # anything else there (a link, a FIFO) is refused by _open_verified
+        log(f"fetching {upstream.artifact} through pip")
+        with _download_dir() as tmp:
+            got = _pip_download(upstream.package, upstream.version, upstream.artifact, Path(tmp))
+            if got.name != upstream.artifact:
+                raise PatchkitError(f"pip download {upstream.package}=={upstream.version}: expected {upstream.artifact}, "
+                                    f"found {got.name}; nothing cached")
+            _check_sha256(got, upstream, f"{got.name} from pip",
+                          "pin.lock and the file pip's configuration serves disagree; nothing cached")
+            _keep(got, dest)
+    handle = _open_verified(dest, upstream, "delete the file to fetch it again")
+    n = _verified.get(upstream.name, 0)
+    _verified[upstream.name] = n + 1
+    faults.point("fetched", n)      # the race test swaps the cached file here: the handle must not care
+    return dest, handle
+
+
+def fetch(upstream, log=print) -> Path:
+    """The cached, verified artifact of `upstream`, for callers that hand the path to another tool
+    (pip install); patchkit itself reads wheels through fetch_open's handle."""
+    path, fh = fetch_open(upstream, log)
+    fh.close()
+    return path
 
 
 def find_release(package: str, version: str, like_artifact: str, log=print) -> Release:

@@ -7,7 +7,10 @@ destination (rename replaces a link itself, never what it points at). A kill at 
 old file or the new one, plus at most a temp file that `stale_temp_files` finds and `remove_stale` deletes.
 
 `read_owned` is the matching reader for bookkeeping: the file must be a regular file owned by this user,
-opened without following a link; anything else is a one-line PatchkitError naming the path.
+opened without following a link; anything else is a one-line PatchkitError naming the path. `read_regular`
+reads data (patches, overlay files, target files) the same way without the owner check; `open_regular`
+hands out the descriptor itself (a lock file, a cached wheel that is hashed and then read through it);
+`link_on_the_way` finds a symlink between a tree's root and a file in it.
 """
 from __future__ import annotations
 
@@ -102,29 +105,50 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def read_owned(path: Path, what: str, limit: int = 64 << 20) -> bytes | None:
-    """The bytes of a file patchkit owns, None if absent. It must be a regular file of this user, at most
-    `limit` bytes; opened without following a link and without blocking on a FIFO."""
+def open_regular(path: Path, what: str, owned: bool = False, create: bool = False, mode: str = "r") -> int | None:
+    """A descriptor of the regular file at `path` (None if absent and not `create`), opened without following
+    a link and without blocking on a FIFO; `owned`: it must belong to this user. `mode` "rw" opens it for
+    writing too (a lock file). Anything else at `path` is a one-line PatchkitError naming it."""
     path = Path(path)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    flags = (os.O_RDWR if mode == "rw" else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if create:
+        flags |= os.O_CREAT
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, 0o644)
     except FileNotFoundError:
+        if create:
+            raise PatchkitError(f"{path}: cannot create {what} (its directory is missing)") from None
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise PatchkitError(f"{path}: expected {what} (a regular file), found a symlink; "
                                 "remove it if no patchkit command is running") from None
-        raise PatchkitError(f"{path}: cannot read {what} ({exc.strerror})") from None
+        if exc.errno == errno.EISDIR:
+            raise PatchkitError(f"{path}: expected {what} (a regular file), found a directory; "
+                                "remove it if no patchkit command is running") from None
+        raise PatchkitError(f"{path}: cannot open {what} ({exc.strerror})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise PatchkitError(f"{path}: expected {what} (a regular file), found {_kind(st.st_mode)}; "
                                 "remove it if no patchkit command is running")
-        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        if owned and hasattr(os, "geteuid") and st.st_uid != os.geteuid():
             raise PatchkitError(f"{path}: expected {what} owned by uid {os.geteuid()}, found uid {st.st_uid}")
-        if st.st_size > limit:
-            raise PatchkitError(f"{path}: expected {what} of at most {limit} bytes, found {st.st_size}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read(path: Path, what: str, limit: int, owned: bool) -> bytes | None:
+    fd = open_regular(path, what, owned=owned)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise PatchkitError(f"{path}: expected {what} of at most {limit} bytes, found {size}")
         chunks, left = [], limit + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -138,6 +162,30 @@ def read_owned(path: Path, what: str, limit: int = 64 << 20) -> bytes | None:
         return data
     finally:
         os.close(fd)
+
+
+def read_owned(path: Path, what: str, limit: int = 64 << 20) -> bytes | None:
+    """The bytes of a file patchkit owns, None if absent. It must be a regular file of this user, at most
+    `limit` bytes; opened without following a link and without blocking on a FIFO."""
+    return _read(Path(path), what, limit, owned=True)
+
+
+def read_regular(path: Path, what: str, limit: int = 256 << 20) -> bytes | None:
+    """The bytes of a data file (a patch, an overlay file), None if absent: a regular file, never a link's target."""
+    return _read(Path(path), what, limit, owned=False)
+
+
+def link_on_the_way(root: Path, rel: str) -> Path | None:
+    """The first entry below `root` on the way to `root/rel` (the file itself included) that is a symlink."""
+    path = Path(root)
+    for part in rel.split("/"):
+        path = path / part
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return path
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    return None
 
 
 def stale_temp_files(directory: Path) -> list[Path]:

@@ -13,10 +13,15 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
+        return sha256_stream(fh)
+
+
+def sha256_stream(fh) -> str:
+    """The digest of an open binary file from its current position to its end."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: fh.read(_CHUNK), b""):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

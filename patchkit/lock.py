@@ -4,19 +4,21 @@ The kernel drops a flock when its holder exits, however it exits, so a lock file
 taken is stale by definition: the pid in it is reported and the lock taken over. A second command
 waits for the holder (PATCHKIT_LOCK_WAIT seconds, default 300; 0 = refuse at once) and then refuses.
 The lock file is removed on release; a waiter that locked a removed file notices and tries again.
+It is opened without following a link and must be a regular file of this user (fsio.open_regular): a
+symlink planted at its name (even one committed to a repository) never makes patchkit write elsewhere.
 """
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, fsio
 
-LOCK_NAME = ".patchkit-lock"
 _held: set[str] = set()     # locks this process holds (re-entrant: apply inside a locked command)
 
 
@@ -25,10 +27,14 @@ def _stderr(msg: str) -> None:
 
 
 def _wait_seconds() -> float:
+    text = os.environ.get("PATCHKIT_LOCK_WAIT", "300")
     try:
-        return float(os.environ.get("PATCHKIT_LOCK_WAIT", "300"))
+        seconds = float(text)
     except ValueError:
-        raise PatchkitError(f"PATCHKIT_LOCK_WAIT: expected seconds, found {os.environ['PATCHKIT_LOCK_WAIT']!r}") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):   # nan and inf would wait forever, a negative never
+        raise PatchkitError(f"PATCHKIT_LOCK_WAIT: expected a finite number of seconds >= 0, found {text!r}")
+    return seconds
 
 
 def _holder(fd: int) -> tuple[int | None, str]:
@@ -51,7 +57,7 @@ def _alive(pid: int) -> bool:
 def locked(path: Path, label: str, command: str, log=_stderr):
     """Hold the lock at `path` for `label` (what it protects) while `command` runs."""
     path = Path(path)
-    key = str(path.resolve())
+    key = str(path.parent.resolve() / path.name)   # the lock's own name: a link there is refused, not followed
     if key in _held:
         yield
         return
@@ -59,9 +65,9 @@ def locked(path: Path, label: str, command: str, log=_stderr):
     waiting = False
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise PatchkitError(f"{label}: cannot create its lock file {path} ({exc.strerror}); nothing written") from None
+            fd = fsio.open_regular(path, f"the lock file of {label}", owned=True, create=True, mode="rw")
+        except PatchkitError as exc:
+            raise PatchkitError(f"{exc}; nothing written") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -76,7 +82,7 @@ def locked(path: Path, label: str, command: str, log=_stderr):
             time.sleep(0.1)
             continue
         try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            same = os.lstat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
         if not same:            # its holder removed it between our open and our flock
@@ -95,17 +101,20 @@ def locked(path: Path, label: str, command: str, log=_stderr):
     finally:
         _held.discard(key)
         try:
-            os.unlink(path)
+            if os.lstat(path).st_ino == os.fstat(fd).st_ino:   # ours still: never remove what replaced it
+                os.unlink(path)
         except FileNotFoundError:
             pass
         os.close(fd)
 
 
 def target_lock(target: Path, command: str, log=_stderr):
-    return locked(Path(target) / LOCK_NAME, f"target {target}", command, log)
+    """The lock of a target directory (bookkeeping.TargetFiles owns its name and opens it)."""
+    from .bookkeeping import TargetFiles   # bookkeeping builds on this module
+    return TargetFiles(target).lock(command, log)
 
 
 def repo_lock(build_root: Path, repo: Path, command: str, log=_stderr):
     """The repository's data (pin.lock, patches/, overlay/) and its rebase state: one writer at a time."""
-    Path(build_root).mkdir(parents=True, exist_ok=True)
-    return locked(Path(build_root) / ".patchkit-repo-lock", f"the patch data and rebase state of {repo}", command, log)
+    from .bookkeeping import RepoFiles
+    return RepoFiles(build_root, repo).lock(command, log)

@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import tempfile
+import weakref
 import zipfile
 from functools import cached_property
 from pathlib import Path
@@ -19,11 +20,23 @@ STAGE_PREFIX = ".patchkit-unpack-"   # an unpack in progress (or interrupted): n
 
 
 class Pristine:
-    """Read-only view of one pinned wheel. Paths are wheel-relative ('sglang/x.py')."""
+    """Read-only view of one pinned wheel. Paths are wheel-relative ('sglang/x.py'). `handle`: the open
+    file whose bytes were verified (fetch.fetch_open); without it the file at `wheel` is opened."""
 
-    def __init__(self, wheel: Path):
+    def __init__(self, wheel: Path, handle=None):
         self.wheel = Path(wheel)
-        self._zip = zipfile.ZipFile(self.wheel)
+        try:
+            self._zip = zipfile.ZipFile(handle if handle is not None else self.wheel)
+        except zipfile.BadZipFile as exc:
+            if handle is not None:
+                handle.close()
+            raise PatchkitError(f"{self.wheel}: expected a wheel (a zip file), found {exc}") from None
+        if handle is not None:   # ZipFile never closes a handle it was given: this view owns it
+            weakref.finalize(self, handle.close)
+
+    def top_level(self) -> list[str]:
+        """The wheel's top-level names (packages, dist-info), in order."""
+        return sorted({n.split("/")[0] for n in self.names})
 
     @cached_property
     def names(self) -> list[str]:

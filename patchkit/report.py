@@ -1,6 +1,8 @@
 """Plain-text tables for the CLI."""
 from __future__ import annotations
 
+import sys
+
 from .state import TargetState
 
 
@@ -47,3 +49,12 @@ def format_state(state: TargetState) -> str:
         out.append(f"temp file left by an interrupted run: {rel} (apply or revert removes it)")
     out.append(f"target {state.target}: {state.summary}")
     return "\n".join(out)
+
+
+def printable_streams() -> None:
+    """stdout/stderr that cannot encode a character (LC_ALL=C, PYTHONIOENCODING=latin-1) escape it instead
+    of raising: a report is never what fails a command, and never after its writes. Every command's main
+    (patchkit's CLI, serving's modules) calls it first."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")

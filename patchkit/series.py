@@ -1,10 +1,16 @@
-"""A series: the ordered patches of one upstream (patches/<name>/series) and the overlay files they own."""
+"""A series: the ordered patches of one upstream (patches/<name>/series) and the overlay files they own.
+
+Patch data is read only from regular files: a symlink, FIFO or device anywhere in patches/<name>/ or under
+overlay/ (overlay/ itself included) is refused, one line naming it, so no command reads a file from
+outside the repository (or blocks on a FIFO) through the data.
+"""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, fsio
 from .paths import under
 from .patchfile import PatchFile, parse_patch
 
@@ -19,15 +25,43 @@ class Series:
     unclaimed: list[str]             # overlay files no patch claims: never applied, `check` fails on them
 
     def overlay_bytes(self, relpath: str) -> bytes:
-        return (self.overlay_root / relpath).read_bytes()
+        return fsio.read_regular(self.overlay_root / relpath, "an overlay file")
+
+
+def non_regular_entries(top: Path) -> list[tuple[Path, str]]:
+    """Every entry under `top` (itself included) that is neither a regular file nor a real directory."""
+    found = []
+    kind = fsio.kind_of(top)
+    if kind not in (None, "a directory"):
+        return [(Path(top), kind)]
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            entry = Path(dirpath) / name
+            kind = fsio.kind_of(entry)
+            if kind not in ("a regular file", "a directory"):
+                found.append((entry, kind))
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    return sorted(found)
+
+
+def refuse_non_regular(top: Path, what: str) -> None:
+    bad = non_regular_entries(top)
+    if bad:
+        entry, kind = bad[0]
+        raise PatchkitError(f"{entry}: expected {what} to hold regular files only, found {kind}")
 
 
 def read_series_file(directory: Path) -> list[str]:
     listing = directory / "series"
-    if not listing.is_file():
+    raw = fsio.read_regular(listing, "a series listing")
+    if raw is None:
         return []
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchkitError(f"{listing}: expected UTF-8 text, found byte {raw[exc.start]:#04x} at offset {exc.start}") from None
     names = []
-    for line in listing.read_text().splitlines():
+    for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             names.append(line)
@@ -36,6 +70,8 @@ def read_series_file(directory: Path) -> list[str]:
 
 def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) -> Series:
     directory = Path(patches_root) / name
+    refuse_non_regular(directory, "a patch directory")
+    refuse_non_regular(Path(overlay_root), "overlay/")
     names = read_series_file(directory)
     on_disk = sorted(p.name for p in directory.glob("*.patch")) if directory.is_dir() else []
     for n in names:
@@ -55,8 +91,9 @@ def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) ->
             under(path, root, f"{p.path}: diff path")
         for rel in p.overlay:
             under(rel, root, f"{p.path}: Overlay")
-            if not (Path(overlay_root) / rel).is_file():
-                raise PatchkitError(f"{p.path}: Overlay: expected file overlay/{rel}, found none")
+            kind = fsio.kind_of(Path(overlay_root) / rel)
+            if kind != "a regular file":
+                raise PatchkitError(f"{p.path}: Overlay: expected file overlay/{rel}, found {kind or 'none'}")
             if rel in owner:
                 raise PatchkitError(f"{p.path}: overlay/{rel} is already claimed by {patches[owner[rel]].name}")
             owner[rel] = i

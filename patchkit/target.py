@@ -5,7 +5,8 @@ import os
 import stat
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, fsio
+from .bookkeeping import TargetFiles
 from .hashing import sha256_bytes
 from .names import canonical_name
 
@@ -21,7 +22,10 @@ def _writable(path: Path) -> bool:
 
 class Target:
     """One target directory for one operation: checked once, and each file read and hashed at most once
-    (what the operation writes replaces what it had read)."""
+    (what the operation writes replaces what it had read). Its own bookkeeping files: `files`.
+
+    A file the series touches is read only if it, and every directory below the target on the way to
+    it, is not a symlink, and it is a regular file: nothing is read from, or written to, outside the tree."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -29,16 +33,21 @@ class Target:
             raise PatchkitError(f"target {self.path}: expected a directory, found nothing there")
         if not self.path.is_dir():
             raise PatchkitError(f"target {self.path}: expected a directory, found a file")
+        self.files = TargetFiles(self.path)
         self._bytes: dict[str, bytes | None] = {}
         self._digests: dict[str, str | None] = {}
 
     def read(self, rel: str) -> bytes | None:
         """The file's bytes (None = absent)."""
         if rel not in self._bytes:
+            link = fsio.link_on_the_way(self.path, rel)
+            if link is not None:
+                raise PatchkitError(f"{link}: expected a regular file or directory of the target, found a symlink "
+                                    f"(to {os.readlink(link)}); nothing written")
             try:
-                self._bytes[rel] = (self.path / rel).read_bytes()
-            except FileNotFoundError:
-                self._bytes[rel] = None
+                self._bytes[rel] = fsio.read_regular(self.path / rel, "a file of the target")
+            except PatchkitError as exc:
+                raise PatchkitError(f"{exc}; nothing written") from None
         return self._bytes[rel]
 
     def digest(self, rel: str) -> str | None:

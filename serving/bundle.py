@@ -47,6 +47,8 @@ from pathlib import Path
 from patchkit import PatchkitError
 from patchkit.lockfile import load_lock
 from patchkit.names import canonical_name
+from patchkit.report import printable_streams
+
 from . import bundle_slim
 from .bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
@@ -372,6 +374,7 @@ def install(bundle: Path, site_root: Path) -> int:
 
 # ---- command line ------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python3 -m serving.bundle", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the offline bundle (needs the package index)")

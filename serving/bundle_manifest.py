@@ -16,7 +16,9 @@ import lzma
 import tarfile
 from pathlib import Path
 
+from patchkit import PatchkitError, jsonio
 from patchkit.hashing import sha256_file
+from patchkit.paths import clean_relpath
 
 MANIFEST = "manifest.json"
 PAYLOAD = "payload.tar.xz"
@@ -79,17 +81,38 @@ def write_manifest(bundle: Path, manifest: dict) -> None:
     (bundle / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
 
 
+def _entries_problem(entries, key: str) -> str | None:
+    if not isinstance(entries, list):
+        return f"expected '{key}' as a list, found {type(entries).__name__}"
+    for e in entries:
+        if not (isinstance(e, dict) and isinstance(e.get("path"), str) and type(e.get("size")) is int
+                and isinstance(e.get("sha256"), str) and len(e["sha256"]) == 64):
+            return f"expected each of '{key}' as {{path, size, sha256}}, found {str(e)[:80]}"
+        try:
+            clean_relpath(e["path"], f"{key} path")
+        except PatchkitError as exc:
+            return str(exc)
+    return None
+
+
+def manifest_problem(manifest) -> str | None:
+    """What is wrong with a manifest's shape (the fields install reads), None if nothing."""
+    if not isinstance(manifest, dict):
+        return f"expected a JSON object, found {type(manifest).__name__}"
+    if manifest.get("format") != FORMAT:
+        return f"expected manifest format {FORMAT}, found {manifest.get('format')!r}"
+    target = manifest.get("target")
+    if not (isinstance(target, dict) and isinstance(target.get("python"), str)):
+        return "expected 'target' as an object with 'python' (a string)"
+    return _entries_problem(manifest.get("files"), "files") or _entries_problem(manifest.get("payload"), "payload")
+
+
 def read_manifest(bundle: Path) -> dict:
     path = Path(bundle) / MANIFEST
     if not path.is_file():
         raise BundleError(f"{bundle}: expected a bundle made by 'make bundle' ({MANIFEST}), found no {MANIFEST}")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{path}: expected JSON, found a parse error ({exc})") from None
-    if manifest.get("format") != FORMAT:
-        raise BundleError(f"{path}: expected manifest format {FORMAT}, found {manifest.get('format')!r}")
-    return manifest
+    # size- and depth-limited, never through a link; a bundle copied from another machine may be another user's
+    return jsonio.read(path, "a bundle manifest", manifest_problem, owned=False, error=BundleError)
 
 
 def _check(path: Path, want: dict, label: str) -> None:

@@ -22,6 +22,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit import PatchkitError, jsonio
+from patchkit.report import printable_streams
+
 REPO = Path(__file__).resolve().parents[1]
 # make install's venv in a checkout; installed (pip install . into the sglang environment), that environment
 _INSTALLED = __package__ != "serving" and not (REPO / "pyproject.toml").is_file()
@@ -93,7 +96,10 @@ def probe_env(python: Path) -> dict:
     out = _run([str(python), "-c", PROBE], timeout=300)
     if out is None:
         return {"torch_error": f"{python} could not run the probe"}
-    return json.loads(out.strip().splitlines()[-1])
+    try:   # the probe's last line; bounded like every JSON serving reads
+        return jsonio.parse(out.strip().splitlines()[-1] if out.strip() else "", "the probe's output")
+    except PatchkitError as exc:
+        return {"torch_error": str(exc)}
 
 
 def nvidia_smi() -> tuple[str | None, str | None]:
@@ -240,8 +246,14 @@ def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.
                              env={**environ, "PYTHONPATH": os.pathsep.join(entries)}).stdout
     except (OSError, subprocess.SubprocessError):
         facts.torch_error = f"{python} could not run the probe"
+    env = None
     if out:
-        env = json.loads(out.strip().splitlines()[-1])
+        try:
+            env = jsonio.parse(out.strip().splitlines()[-1] if out.strip() else "", "the probe's output",
+                               lambda v: None if isinstance(v, dict) else "expected a JSON object")
+        except PatchkitError as exc:
+            facts.torch_error = str(exc)
+    if env:
         facts.versions = env.get("versions", {})
         facts.torch_cuda = env.get("torch_cuda")
         facts.torch_error = env.get("torch_error")
@@ -333,6 +345,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.doctor", description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run_doctor(parser.parse_args(argv))

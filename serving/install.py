@@ -19,6 +19,7 @@ from pathlib import Path
 from patchkit import PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import load_lock
+from patchkit.report import printable_streams
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_TEST_REQUIREMENTS = REPO / "serving" / "requirements-cpu-test.txt"
@@ -114,6 +115,7 @@ def install_cpu_tests(venv: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.install", description=__doc__.split("\n")[0])
     parser.add_argument("--venv", type=Path, default=REPO / ".venv-sglang")
     parser.add_argument("--cpu-test-venv", type=Path, help="build the CPU test environment here instead")

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.report import printable_streams
+
 from . import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -248,6 +250,7 @@ def bundle_gate(args: argparse.Namespace, log=print) -> tuple[int, Path | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.serve_cmd", description=__doc__.split("\n")[1])
     add_arguments(parser)
     parser.add_argument("--print-only", action="store_true", help="print the command, do not run it")

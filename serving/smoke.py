@@ -31,6 +31,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit import jsonio
+from patchkit.report import printable_streams
+
 from . import serve_cmd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,10 +143,8 @@ def get_json(url: str, body: dict | None = None) -> dict:
         raise SmokeFailure(f"{url}: expected HTTP 200, got {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SmokeFailure(f"{url}: request failed: {exc}") from None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise SmokeFailure(f"{url}: expected JSON, got {raw[:200]!r}") from None
+    # size- and depth-limited (a server's reply is data): one SmokeFailure line, never a RecursionError
+    return jsonio.parse(raw, url, error=SmokeFailure)
 
 
 def stream_events(url: str, body: dict):
@@ -162,10 +163,7 @@ def stream_events(url: str, body: dict):
             payload = line[len("data:"):].strip()
             if payload == "[DONE]":
                 return
-            try:
-                yield time.perf_counter(), json.loads(payload)
-            except ValueError:
-                raise SmokeFailure(f"{url} (stream): expected JSON events, got {payload[:200]!r}") from None
+            yield time.perf_counter(), jsonio.parse(payload, f"{url} (stream event)", error=SmokeFailure)
     raise SmokeFailure(f"{url} (stream): the stream ended without data: [DONE]")
 
 
@@ -360,6 +358,7 @@ def _raise_terminated(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.smoke", description=__doc__.split("\n")[0])
     serve_cmd.add_arguments(parser)
     parser.add_argument("--timeout", type=float, default=1200.0,

@@ -1,6 +1,7 @@
 """Helpers for engine tests: a scratch copy of this repository's data and snapshots of target trees."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -25,11 +26,16 @@ def copy_repo_data(dest: Path) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Path -> sha256 of every file under root (plus '<dir>/' entries so new directories show)."""
+    """Path -> sha256 of every file under root (plus '<dir>/' entries so new directories show; a symlink,
+    never followed, as 'link:' + where it points; a FIFO or other special file as its kind)."""
     out = {}
     for p in sorted(Path(root).rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if p.is_dir():
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif not p.is_dir() and not p.is_file():
+            out[rel] = "special"
+        elif p.is_dir():
             out[rel + "/"] = "dir"
         else:
             out[rel] = sha256_file(p)

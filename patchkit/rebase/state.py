@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .. import PatchkitError
+from .. import PatchkitError, jsonio
 from ..lockfile import Upstream
 from ..paths import clean_relpath, safe_name
 
@@ -177,9 +177,11 @@ class RebaseState:
     def load(cls, base: Path, names: list[str]) -> RebaseState:
         """The saved state of the rebase in progress, checked against its schema (`names`: pin.lock's upstreams)."""
         where = base / STATE
-        try:
-            data = json.loads(where.read_text())
-        except (OSError, ValueError) as exc:
+        try:   # size- and depth-limited, never through a link (jsonio)
+            data = jsonio.read(where, "the rebase state")
+            if data is None:
+                raise FileNotFoundError(f"no such file: {where}")
+        except (OSError, PatchkitError) as exc:
             raise PatchkitError(f"{where}: unreadable rebase state ({exc}); run 'rebase --abort'") from None
         return cls.from_json(data, where, names)
 
