@@ -300,6 +300,13 @@ class Replayer:
         conds = conditions_of(patch.trailers if trailers is None else trailers, f"{patch.name}: ")
         return unreached_reasons([c.with_path(self.renames.get(c.path, c.path)) for c in conds], self._read)
 
+    def reset_to(self, head: str) -> None:
+        """Put `main` back at `head` (the state's last recorded commit; "" = the new release), dropping any
+        half-done cherry-pick: the replay goes on from exactly what the state says."""
+        git(self.repo, "cherry-pick", "--quit", check=False)
+        git(self.repo, "reset", "-q", "--hard", head or PRISTINE_TAG)
+        git(self.repo, "clean", "-qfd")
+
     def head(self) -> str:
         return git(self.repo, "rev-parse", "HEAD").stdout.strip()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import PatchkitError, UsageError, faults
 from ..engine import Engine
 from ..fetch import find_release
+from ..fsio import atomic_write
 from ..lock import repo_lock
 from ..lockedit import update_lock_text
 from ..lockfile import Upstream
@@ -165,6 +166,8 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
         series = load_series(entry.name, src / "patches", src / "overlay", up.root)
         replayer = Replayer(base / "repos" / entry.name, base / "overlay")
         total = len(entry.patches)
+        if not state.dry_run and entry.next < total:
+            replayer.reset_to(entry.head)     # a kill after a commit but before its state write: redo that patch
         while entry.next < total:
             i = entry.next
             faults.point("replay", i)
@@ -185,8 +188,9 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
                     print(_instructions(base, entry.name, outcome))
                     return 1
             entry.next = i + 1
-        if not state.dry_run:
-            state.save(base)
+            if not state.dry_run:
+                entry.head = replayer.head()
+                state.save(base)
     print(format_report(state))
     if state.dry_run:
         _write_json(json_out, state, "dry-run")
@@ -235,6 +239,7 @@ def resume(engine: Engine, json_out: str | None) -> int:
             outcome.detail.append("resolved by hand")
         entry.results[i] = outcome
         entry.next = i + 1
+        entry.head = replayer.head()
         state.stopped = None
         state.save(base)
         _progress(f"[{up.name}] {patch.name}: {outcome.result}")
@@ -283,7 +288,7 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     if problem:
         raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
                             f"({problem}); nothing written")
-    (base / REFRESHING).write_text("pin.lock, patches/ and overlay/ are being rewritten\n")
+    atomic_write(base / REFRESHING, b"pin.lock, patches/ and overlay/ are being rewritten\n")
     try:
         step = 0
         for name, files in exported.items():
@@ -294,7 +299,7 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
         (repo / "overlay").mkdir(exist_ok=True)
         mirror(base / "overlay", repo / "overlay")
         faults.point("refresh", step + 1)
-        (repo / "pin.lock").write_text(lock_text)
+        atomic_write(repo / "pin.lock", lock_text.encode(), fault="pin-lock")
         fresh = Engine.from_repo(repo)
         for name in exported:
             up = fresh.lock.upstream(name)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .. import PatchkitError
+from ..fsio import atomic_write
 from ..lockfile import Upstream
 from ..paths import clean_relpath, safe_name
 
@@ -103,6 +104,7 @@ class UpstreamRebase:
     patches: list[str]
     results: list[Outcome]
     next: int = 0
+    head: str = ""     # the rebase repo's HEAD once results[:next] are in ("" = not replayed yet)
 
     @property
     def label(self) -> str:
@@ -110,7 +112,8 @@ class UpstreamRebase:
 
     def to_json(self) -> dict:
         return {"name": self.name, "from": self.from_version, "pin": self.pin.to_json(), "commits": self.commits,
-                "patches": self.patches, "results": [r.to_json() for r in self.results], "next": self.next}
+                "patches": self.patches, "results": [r.to_json() for r in self.results], "next": self.next,
+                "head": self.head}
 
     @classmethod
     def from_json(cls, e, check: _Checker, names: list[str]) -> UpstreamRebase:
@@ -130,7 +133,10 @@ class UpstreamRebase:
         check.need(isinstance(pin, dict) and set(pin) == set(PIN_KEYS) and all(isinstance(pin[k], str) for k in PIN_KEYS),
                    "'pin' with version, artifact, sha256 and tag")
         check.confined(safe_name, pin["artifact"], "pin artifact")
-        return cls(e["name"], e["from"], Pin(**pin), list(e["commits"]), list(e["patches"]), results, e["next"])
+        check.need(isinstance(e.get("head"), str) and (e["head"] == "" or e["head"].isalnum()),
+                   "'head' as a commit id or \"\"")
+        return cls(e["name"], e["from"], Pin(**pin), list(e["commits"]), list(e["patches"]), results, e["next"],
+                   e["head"])
 
 
 @dataclass
@@ -171,7 +177,8 @@ class RebaseState:
                 "stopped": self.stopped.to_json() if self.stopped else None}
 
     def save(self, base: Path) -> None:
-        (base / STATE).write_text(json.dumps(self.to_json(), indent=1))
+        # atomic: a kill mid-write leaves the previous state whole, so --continue still works
+        atomic_write(base / STATE, json.dumps(self.to_json(), indent=1).encode(), fault="state")
 
     @classmethod
     def load(cls, base: Path, names: list[str]) -> RebaseState:
