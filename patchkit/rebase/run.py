@@ -31,8 +31,8 @@ from ..series import load_series
 from ..worktree import export_series, roundtrip_differences, write_series
 from .backup import backup_problem, mirror, restore, snapshot
 from .replay import Replayer, build_rebase_repo
-from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, UPSTREAM, Outcome, Pin, RebaseState, Stop,
-                    UpstreamRebase)
+from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
+                    Stop, UpstreamRebase)
 
 REFRESHING = "REFRESHING"    # written before the refresh's first write to the repository: --abort must restore
 
@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the report, write nothing")
     p.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict in build/rebase/repos/NAME")
     p.add_argument("--abort", action="store_true", help="drop the rebase in progress; patches/, overlay/, pin.lock restored")
+    p.add_argument("--keep", action="append", default=[], metavar="PATCH=REASON",
+                   help="keep a patch that upstream now supersedes; REASON is recorded in its header as a "
+                        "Superseded-Kept: trailer (repeatable)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.set_defaults(func=run)
 
@@ -59,7 +62,7 @@ def run(engine: Engine, args) -> int:
             return abort(engine)
         if args.cont:
             return resume(engine, args.json)
-        return start(engine, targets, args.dry_run, args.json)
+        return start(engine, targets, args.dry_run, args.json, _keeps(args.keep))
 
 
 def _targets(lock, specs: list[str]) -> dict[str, str]:
@@ -75,6 +78,29 @@ def _targets(lock, specs: list[str]) -> dict[str, str]:
     if not targets:
         raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")
     return targets
+
+
+def _keeps(specs: list[str]) -> dict[str, str]:
+    """patch name (or its number, e.g. 0004) -> reason, from `--keep PATCH=REASON` flags."""
+    out = {}
+    for spec in specs:
+        name, sep, reason = spec.partition("=")
+        if not sep or not name.strip() or not reason.strip() or "\n" in reason:
+            raise UsageError(f"rebase --keep: expected PATCH=REASON (one line), found {spec!r}")
+        out[name.strip()] = reason.strip()
+    return out
+
+
+def _keep_for(keep: dict[str, str], names: list[str]) -> dict[str, str]:
+    """The --keep reasons by full patch name (a number or a unique prefix names a patch)."""
+    out = {}
+    for key, reason in keep.items():
+        hits = [n for n in names if n == key or n.startswith(key)]
+        if len(hits) != 1:
+            raise UsageError(f"rebase --keep {key}: expected one patch of the series, found "
+                             f"{', '.join(hits) if hits else 'none'}")
+        out[hits[0]] = reason
+    return out
 
 
 def work_dir(engine: Engine) -> Path:
@@ -119,7 +145,8 @@ def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
 
 
 # -- the replay -----------------------------------------------------------------------------------
-def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None) -> int:
+def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None,
+          keep: dict[str, str] | None = None) -> int:
     work = work_dir(engine)
     if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
         raise PatchkitError(f"a rebase is already in progress ({work}): "
@@ -142,7 +169,9 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
         if staged.exists():
             shutil.rmtree(staged)
         shutil.copytree(src / "overlay", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        state = RebaseState(dry_run, [])
+        names = [p.name for n in engine.lock.upstreams for p in load_series(
+            n, src / "patches", src / "overlay", engine.lock.upstream(n).root).patches]
+        state = RebaseState(dry_run, [], keep=_keep_for(keep or {}, names))
         for move in moves:
             old, new = move.old, move.new
             series = load_series(old.name, src / "patches", src / "overlay", old.root)
@@ -164,7 +193,7 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
     for entry in state.upstreams:
         up = engine.lock.upstream(entry.name)
         series = load_series(entry.name, src / "patches", src / "overlay", up.root)
-        replayer = Replayer(base / "repos" / entry.name, base / "overlay")
+        replayer = Replayer(base / "repos" / entry.name, base / "overlay", state.keep)
         total = len(entry.patches)
         if not state.dry_run and entry.next < total:
             replayer.reset_to(entry.head)     # a kill after a commit but before its state write: redo that patch
@@ -219,7 +248,7 @@ def resume(engine: Engine, json_out: str | None) -> int:
         entry = state.entry(stop.upstream)
         up = engine.lock.upstream(stop.upstream)
         series = load_series(up.name, src / "patches", src / "overlay", up.root)
-        replayer = Replayer(base / "repos" / up.name, base / "overlay")
+        replayer = Replayer(base / "repos" / up.name, base / "overlay", state.keep)
         left = replayer.unresolved(stop.files)
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")
@@ -326,7 +355,8 @@ def format_report(state: RebaseState) -> str:
     rows, notes = [], []
     outcomes = [(e, r) for e in state.upstreams for r in e.results]
     for e, r in outcomes:
-        reached = "NO" if r.unreached else ("-" if r.result in (PENDING, UPSTREAM, DROPPED) else "yes")
+        reached = ("NO" if r.unreached else "-" if r.result in (PENDING, UPSTREAM, DROPPED, SUPERSEDED)
+                   else "stale" if r.stale else "yes")
         rows.append([e.label, r.patch, r.result, reached])
         lines = r.detail + [f"no longer reached: {u}" for u in r.unreached]
         if lines:
@@ -340,6 +370,13 @@ def format_report(state: RebaseState) -> str:
     dropped = [r.patch for _, r in outcomes if r.result == DROPPED]
     if dropped:
         out.append("dropped (empty after resolution; not in the refreshed series): " + ", ".join(dropped))
+    superseded = [f"{r.patch} (superseded by upstream {', '.join(r.superseded)})" for _, r in outcomes
+                  if r.result == SUPERSEDED]
+    if superseded:
+        out.append("superseded (dropped from the refreshed series; --keep PATCH=REASON keeps one): "
+                   + "; ".join(superseded))
+    for e, r in outcomes:     # one line per stale condition: patch, condition, file
+        out += [f"stale: {e.name}/{r.patch}: {line}" for line in r.stale]
     unreached = [r.patch for _, r in outcomes if r.unreached and r.result not in (UPSTREAM, DROPPED)]
     if unreached:
         out.append("no longer reached on the new release (kept; add a hunk that routes to it, or drop it): "

@@ -16,9 +16,9 @@ from ..lockfile import Upstream
 from ..paths import clean_relpath, safe_name
 
 STATE = "state.json"
-CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING = (
-    "clean", "offset", "conflict", "already upstream", "resolved", "dropped", "pending")
-RESULTS = (CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING)
+CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING, SUPERSEDED = (
+    "clean", "offset", "conflict", "already upstream", "resolved", "dropped", "pending", "superseded")
+RESULTS = (CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING, SUPERSEDED)
 PIN_KEYS = ("version", "artifact", "sha256", "tag")   # what a rebase changes in an [upstream.NAME] table
 
 
@@ -57,6 +57,9 @@ class Outcome:
     unreached: list[str] = field(default_factory=list)
     overlay_moves: dict[str, str] = field(default_factory=dict)
     conflicted: list[str] = field(default_factory=list)      # files holding conflict markers
+    stale: list[str] = field(default_factory=list)           # reach conditions that mean nothing here
+    superseded: list[str] = field(default_factory=list)      # FILE:NAME of upstream code doing its job
+    kept: str = ""                                           # why it is kept although superseded
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -68,6 +71,7 @@ class Outcome:
         check.need(isinstance(data["patch"], str) and isinstance(data["subject"], str)
                    and data["result"] in RESULTS and _strings(data["detail"]) and _strings(data["unreached"])
                    and _strings(data["conflicted"]) and isinstance(data["overlay_moves"], dict)
+                   and _strings(data["stale"]) and _strings(data["superseded"]) and isinstance(data["kept"], str)
                    and _strings(list(data["overlay_moves"].values())), what)
         for rel in data["conflicted"]:
             check.confined(clean_relpath, rel, "conflicted file")
@@ -168,13 +172,14 @@ class RebaseState:
     dry_run: bool
     upstreams: list[UpstreamRebase]
     stopped: Stop | None = None
+    keep: dict[str, str] = field(default_factory=dict)    # patch name -> why it is kept although superseded
 
     def entry(self, name: str) -> UpstreamRebase:
         return next(e for e in self.upstreams if e.name == name)
 
     def to_json(self) -> dict:
         return {"dry_run": self.dry_run, "upstreams": [e.to_json() for e in self.upstreams],
-                "stopped": self.stopped.to_json() if self.stopped else None}
+                "stopped": self.stopped.to_json() if self.stopped else None, "keep": self.keep}
 
     def save(self, base: Path) -> None:
         # atomic: a kill mid-write leaves the previous state whole, so --continue still works
@@ -197,4 +202,6 @@ class RebaseState:
         check.need(data.get("dry_run") is False, "'dry_run': false")
         entries = [UpstreamRebase.from_json(e, check, names) for e in data["upstreams"]]
         stop = data.get("stopped")
-        return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries))
+        keep = data.get("keep")
+        check.need(isinstance(keep, dict) and _strings(list(keep.values())), "'keep' as {patch: reason}")
+        return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries), dict(keep))
