@@ -30,6 +30,8 @@ from ..report import table
 from ..series import load_series
 from ..worktree import export_series, roundtrip_differences, write_series
 from .backup import backup_problem, mirror, restore, snapshot
+from .undo import done_dir, keep_undo, undo
+from .pins import follow
 from .replay import Replayer, build_rebase_repo
 from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
                     Stop, UpstreamRebase)
@@ -57,12 +59,13 @@ def run(engine: Engine, args) -> int:
     if args.abort + args.cont + bool(args.to) > 1:
         raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
     targets = None if args.abort or args.cont else _targets(engine.lock, args.to)
+    runtime = None if targets is None else _runtime_overrides(engine.lock, args.to)
     with repo_lock(engine.build_root, engine.repo, "rebase"):
         if args.abort:
             return abort(engine)
         if args.cont:
             return resume(engine, args.json)
-        return start(engine, targets, args.dry_run, args.json, _keeps(args.keep))
+        return start(engine, targets, args.dry_run, args.json, _keeps(args.keep), runtime)
 
 
 def _targets(lock, specs: list[str]) -> dict[str, str]:
@@ -73,11 +76,23 @@ def _targets(lock, specs: list[str]) -> dict[str, str]:
         name, sep, version = spec.partition("=")
         if not sep:
             name, version = names[0], spec
+        if name in lock.runtime and name not in lock.upstreams:
+            continue         # a [runtime] value (--to torch=2.14.1): _runtime_overrides
         lock.upstream(name)
         targets[name] = version
     if not targets:
         raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")
     return targets
+
+
+def _runtime_overrides(lock, specs: list[str]) -> dict[str, str]:
+    """[runtime] key -> value from `--to KEY=VALUE` flags that name a [runtime] package, not an upstream."""
+    out = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if sep and name in lock.runtime and name not in lock.upstreams:
+            out[name] = value
+    return out
 
 
 def _keeps(specs: list[str]) -> dict[str, str]:
@@ -146,13 +161,16 @@ def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
 
 # -- the replay -----------------------------------------------------------------------------------
 def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None,
-          keep: dict[str, str] | None = None) -> int:
+          keep: dict[str, str] | None = None, runtime: dict[str, str] | None = None) -> int:
     work = work_dir(engine)
     if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
         raise PatchkitError(f"a rebase is already in progress ({work}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
+    pins, moved = follow(engine.lock, targets, runtime or {})
+    targets = {n: v for n, v in pins.upstreams.items() if n in targets or v != engine.lock.upstream(n).version}
     moves = plan(engine, targets)
-    if not moves:
+    new_runtime = {k: v for k, v in pins.runtime.items() if v != engine.lock.runtime.get(k)}
+    if not moves and not new_runtime:
         print("rebase: every named upstream is already at the requested version; nothing to do")
         return 0
     tmp = tempfile.TemporaryDirectory(prefix="patchkit-rebase-") if dry_run else None
@@ -171,7 +189,10 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
         shutil.copytree(src / "overlay", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         names = [p.name for n in engine.lock.upstreams for p in load_series(
             n, src / "patches", src / "overlay", engine.lock.upstream(n).root).patches]
-        state = RebaseState(dry_run, [], keep=_keep_for(keep or {}, names))
+        state = RebaseState(dry_run, [], keep=_keep_for(keep or {}, names), runtime=new_runtime,
+                            moved=[m.line() for m in moved])
+        for line in state.moved:
+            _progress(f"pin: {line}")
         for move in moves:
             old, new = move.old, move.new
             series = load_series(old.name, src / "patches", src / "overlay", old.root)
@@ -282,8 +303,7 @@ def abort(engine: Engine) -> int:
     base = work_dir(engine)
     repo = engine.repo
     if not base.exists():
-        print("rebase --abort: no rebase in progress")
-        return 0
+        return undo(repo, done_dir(engine))
     refreshing = (base / REFRESHING).exists()
     problem = backup_problem(base / "backup")
     if refreshing and problem:
@@ -312,7 +332,7 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     repo = engine.repo
     exported = {e.name: export_series(base / "repos" / e.name, base / "export" / e.name) for e in state.upstreams}
     lock_text = update_lock_text((base / "backup" / "pin.lock").read_text(),
-                                 {e.name: e.pin.to_json() for e in state.upstreams})
+                                 {e.name: e.pin.to_json() for e in state.upstreams}, state.runtime)
     problem = backup_problem(base / "backup")
     if problem:
         raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
@@ -345,9 +365,13 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
                                 "run 'rebase --abort'") from None
         (base / REFRESHING).unlink()
         raise
-    shutil.rmtree(base)
+    keep_undo(repo, base, done_dir(engine))
     for e in state.upstreams:
         print(f"rebase: {e.label}: wrote {len(exported[e.name])} patch(es), pin.lock updated")
+    for line in state.moved:
+        print(f"rebase: pin {line}")
+    print(f"rebase: done. To undo it: python apply.py rebase --abort (restores pin.lock, patches/ and overlay/ "
+          f"from {done_dir(engine) / 'backup'})")
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -362,6 +386,8 @@ def format_report(state: RebaseState) -> str:
         if lines:
             notes.append(f"{e.name}/{r.patch}:\n" + "\n".join(f"    {d}" for d in lines))
     out = [table(rows, ["upstream", "patch", "result", "reached"])]
+    if state.moved:
+        out += ["", "pins that move:"] + [f"    {line}" for line in state.moved]
     if notes:
         out += ["", "details:"] + notes
     upstreamed = [r.patch for _, r in outcomes if r.result == UPSTREAM]
@@ -386,4 +412,5 @@ def format_report(state: RebaseState) -> str:
 
 def _write_json(path: str | None, state: RebaseState, status: str) -> None:
     if path:
-        Path(path).write_text(json.dumps({"status": status, "upstreams": state.to_json()["upstreams"]}, indent=1))
+        Path(path).write_text(json.dumps({"status": status, "upstreams": state.to_json()["upstreams"],
+                                          "pins_moved": state.moved, "runtime": state.runtime}, indent=1))

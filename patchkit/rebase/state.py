@@ -173,13 +173,16 @@ class RebaseState:
     upstreams: list[UpstreamRebase]
     stopped: Stop | None = None
     keep: dict[str, str] = field(default_factory=dict)    # patch name -> why it is kept although superseded
+    runtime: dict[str, str] = field(default_factory=dict)  # [runtime] key -> new value (those that move)
+    moved: list[str] = field(default_factory=list)         # every pin that moves, and why (for the report)
 
     def entry(self, name: str) -> UpstreamRebase:
         return next(e for e in self.upstreams if e.name == name)
 
     def to_json(self) -> dict:
         return {"dry_run": self.dry_run, "upstreams": [e.to_json() for e in self.upstreams],
-                "stopped": self.stopped.to_json() if self.stopped else None, "keep": self.keep}
+                "stopped": self.stopped.to_json() if self.stopped else None, "keep": self.keep,
+                "runtime": self.runtime, "moved": self.moved}
 
     def save(self, base: Path) -> None:
         # atomic: a kill mid-write leaves the previous state whole, so --continue still works
@@ -204,4 +207,8 @@ class RebaseState:
         stop = data.get("stopped")
         keep = data.get("keep")
         check.need(isinstance(keep, dict) and _strings(list(keep.values())), "'keep' as {patch: reason}")
-        return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries), dict(keep))
+        runtime, moved = data.get("runtime"), data.get("moved")
+        check.need(isinstance(runtime, dict) and _strings(list(runtime.values())), "'runtime' as {key: value}")
+        check.need(_strings(moved), "'moved' as a list of lines")
+        return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries), dict(keep),
+                   dict(runtime), list(moved))
