@@ -19,6 +19,7 @@ from ..gitcmd import author_env, git, init_repo
 from ..patchfile import PatchFile, split_message
 from ..pristine import Pristine
 from ..worktree import PRISTINE_TAG, commit_patches, unpack_release
+from .pydefs import collisions
 from .state import CLEAN, CONFLICT, DROPPED, OFFSET, RESOLVED, SUPERSEDED, UPSTREAM, Outcome
 
 KEPT = "Superseded-Kept"    # the trailer that records why a superseded patch is kept
@@ -164,6 +165,23 @@ def with_kept(message: str, reason: str) -> str:
     return message.rstrip("\n") + f"\n{KEPT}: {reason}\n"
 
 
+def ours_side(text: str) -> str:
+    """The text with every conflict block reduced to its HEAD side (the new release's)."""
+    out, mode = [], None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+        elif mode == "ours" and line.startswith("||||||| "):
+            mode = "base"
+        elif mode in ("ours", "base") and line.rstrip("\n") == "=======":
+            mode = "theirs"
+        elif mode == "theirs" and line.startswith(">>>>>>> "):
+            mode = None
+        elif mode in (None, "ours"):
+            out.append(line)
+    return "".join(out)
+
+
 def conflicted_files(repo: Path) -> list[str]:
     return [l for l in git(repo, "diff", "--name-only", "--diff-filter=U").stdout.splitlines() if l]
 
@@ -241,13 +259,19 @@ class Replayer:
                    "-X", f"find-renames={RENAME_THRESHOLD}", commit, check=False)
         _refuse_skipped_renames(proc.stderr, f"the merge of {patch.name}")
         unmerged = conflicted_files(self.repo)
-        if proc.returncode != 0 or unmerged:
+        clashes = self.collisions([mapping.get(p, p) for p in dict.fromkeys(patch.paths)])
+        if proc.returncode != 0 or unmerged or clashes:
             out.result = CONFLICT
-            out.conflicted = unmerged or [mapping.get(p, p) for p in dict.fromkeys(patch.paths)]
+            out.conflicted = unmerged or ([] if clashes and proc.returncode == 0
+                                          else [mapping.get(p, p) for p in dict.fromkeys(patch.paths)])
             for f in out.conflicted:
                 lines = marker_lines(self.repo / f)
                 out.detail.append(f"{f}: " + (f"conflict markers at line {', '.join(map(str, lines))}" if lines
                                               else "changed or removed upstream (no markers): re-create the change by hand"))
+            for path, lines in clashes.items():
+                if path not in out.conflicted:
+                    out.conflicted.append(path)
+                out.detail += [f"{line} (a clean text merge that breaks the module: fix it by hand)" for line in lines]
             self._reach(patch, out)
             return out
         if ok is False:
@@ -349,6 +373,22 @@ class Replayer:
         of its Superseded-By trailers match there (their paths follow the release's moves)."""
         found = replacements_of(patch.trailers, f"{patch.name}: ")
         return superseded_by([r.moved(self.renames) for r in found], self._read_pristine)
+
+    def collisions(self, paths: list[str], base: str = "HEAD") -> dict[str, list[str]]:
+        """Per Python module the merge touched: definitions it adds that the release already has for the same
+        object, and names it leaves undefined (pydefs.py). A file with conflict markers is read with only
+        the release's side of each conflict, so what only a conflicted hunk defines counts as missing."""
+        out = {}
+        for rel in paths:
+            f = self.repo / rel
+            if not rel.endswith(".py") or not f.is_file():
+                continue
+            before = git(self.repo, "show", f"{base}:{rel}", check=False)
+            merged = ours_side(f.read_text(encoding="utf-8", errors="replace"))
+            found = collisions(rel, before.stdout if before.returncode == 0 else "", merged)
+            if found:
+                out[rel] = found
+        return out
 
     def reset_to(self, head: str) -> None:
         """Put `main` back at `head` (the state's last recorded commit; "" = the new release), dropping any

@@ -14,10 +14,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote
 
 from .. import PatchkitError
 from ..fetch import _pip_reason, cache_dir, wheel_target
 from ..fsio import atomic_write
+from ..hashing import sha256_file
 from ..names import canonical_name as normalize
 
 try:
@@ -74,24 +76,43 @@ def _pip_metadata(package: str, version: str, like: str) -> dict:
     if len(installs) != 1:
         raise PatchkitError(f"pip --report for {package}=={version}: expected one wheel, found {len(installs)}")
     meta = installs[0].get("metadata", {})
+    info = installs[0].get("download_info") or {}
+    digest = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256", "")
     return {"package": package, "version": version, "like": like,
-            "requires_dist": list(meta.get("requires_dist") or [])}
+            "requires_dist": list(meta.get("requires_dist") or []),
+            # the file pip would download and the digest the index publishes for it (may be empty)
+            "artifact": unquote(str(info.get("url", "")).rsplit("/", 1)[-1].split("#")[0]), "sha256": digest}
 
 
-def requires_dist(package: str, version: str, like: str) -> list[str]:
-    """The Requires-Dist lines of `package==version` (the wheel with `like`'s tags), cached."""
+def release_info(package: str, version: str, like: str) -> dict:
+    """{requires_dist, artifact, sha256} of `package==version` (the wheel with `like`'s tags), cached."""
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{normalize(package)}-{version}-{like}") + ".json"
     cached = _releases_dir() / key
     if cached.is_file():
         try:
             data = json.loads(cached.read_text())
-            if data.get("package") == package and data.get("version") == version:
-                return list(data["requires_dist"])
+            if (data.get("package") == package and data.get("version") == version
+                    and isinstance(data["requires_dist"], list) and "sha256" in data):
+                return data
         except (ValueError, KeyError, TypeError):
-            pass     # a damaged cache entry is read again through pip
+            pass     # a damaged or older cache entry is read again through pip
     data = _pip_metadata(package, version, like)
     atomic_write(cached, json.dumps(data, indent=1, sort_keys=True).encode())
-    return data["requires_dist"]
+    return data
+
+
+def requires_dist(package: str, version: str, like: str) -> list[str]:
+    return list(release_info(package, version, like)["requires_dist"])
+
+
+def cached_wheel(package: str, version: str, like: str) -> tuple[str, str, Path] | None:
+    """(artifact, sha256, path) when the wheel pip would download is already cached with the index's digest."""
+    info = release_info(package, version, like)
+    name, digest = info.get("artifact", ""), info.get("sha256", "")
+    if not name.endswith(".whl") or "/" in name or not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
+        return None
+    path = cache_dir() / name
+    return (name, digest, path) if path.is_file() and sha256_file(path) == digest else None
 
 
 def requirement(lines: list[str], package: str) -> str | None:

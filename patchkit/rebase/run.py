@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import PatchkitError, UsageError, faults
 from ..engine import Engine
-from ..fetch import find_release
+from ..fetch import Release, find_release
 from ..fsio import atomic_write
 from ..lock import repo_lock
 from ..lockedit import update_lock_text
@@ -32,6 +32,7 @@ from ..worktree import export_series, roundtrip_differences, write_series
 from .backup import backup_problem, mirror, restore, snapshot
 from .undo import done_dir, keep_undo, undo
 from .pins import follow
+from .requires import cached_wheel
 from .replay import Replayer, build_rebase_repo
 from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
                     Stop, UpstreamRebase)
@@ -139,7 +140,11 @@ def _new_pin(lock, name: str, version: str) -> tuple[Upstream, Path]:
     """The new release's pin and its wheel, downloaded and in the cache."""
     up = lock.upstream(name)
     wanted = dataclasses.replace(up, version=version).label
-    rel = find_release(up.package, version, up.artifact, log=lambda m: _progress(f"[{name}] {m}"))
+    known = cached_wheel(up.package, version, up.artifact)
+    if known:           # cached, with the digest the index publishes for it: no second download
+        rel = Release(*known)
+    else:
+        rel = find_release(up.package, version, up.artifact, log=lambda m: _progress(f"[{name}] {m}"))
     safe_name(rel.artifact, f"package index: artifact of {wanted}")
     tag = up.tag.replace(up.version, version) if up.version in up.tag else up.tag
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag), rel.path
@@ -273,6 +278,9 @@ def resume(engine: Engine, json_out: str | None) -> int:
         left = replayer.unresolved(stop.files)
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")
+        clashes = [line for lines in replayer.collisions(stop.files, stop.head).values() for line in lines]
+        if clashes:
+            raise PatchkitError(f"rebase --continue: expected the merged modules consistent, found {clashes[0]}")
         i = stop.index
         if entry.patches != [p.name for p in series.patches]:
             raise PatchkitError(f"{base / STATE}: expected the stop to name a patch of the backed-up series, found "
