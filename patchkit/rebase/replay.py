@@ -145,15 +145,22 @@ def overlay_moves(patch: PatchFile, renames: dict[str, str]) -> dict[str, str]:
 
 
 def rewrite_message(message: str, moves: dict[str, str], renames: dict[str, str]) -> str:
-    """Follow moves in the trailer lines that name wheel paths (Overlay:, Reached-If:, Unreached-If:)."""
+    """Follow moves in the trailer lines that name wheel paths (Overlay:, Reached-If:, Unreached-If:, Superseded-By:)."""
+    def paths(text: str) -> str:
+        return ", ".join(renames.get(p.strip(), p.strip()) for p in text.split(","))
+
     def fix(line: str) -> str:
         key, sep, value = line.partition(": ")
         if key == "Overlay" and value in moves:
             return f"{key}: {moves[value]}"
         if key in ("Reached-If", "Unreached-If"):
             path, tilde, rest = value.partition(" ~ ")
-            if tilde and path in renames:
-                return f"{key}: {renames[path]} ~ {rest}"
+            if tilde:
+                return f"{key}: {paths(path)} ~ {rest}"
+        if key == "Superseded-By":
+            cut = value.find(':"') if '"' in value else value.rfind(":")
+            if cut > 0:
+                return f"{key}: {paths(value[:cut])}{value[cut:]}"
         return line
     return "\n".join(fix(l) for l in message.split("\n"))
 

@@ -52,11 +52,25 @@ def add_parser(sub) -> None:
     p.add_argument("--keep", action="append", default=[], metavar="PATCH=REASON",
                    help="keep a patch that upstream now supersedes; REASON is recorded in its header as a "
                         "Superseded-Kept: trailer (repeatable)")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the report (or the matrix) as JSON")
+    p.add_argument("--matrix", action="store_true",
+                   help="dry-run the series onto the pin and every later release of the first upstream (each with "
+                        "the pins it requires); print the table and write docs/compat.md")
+    p.add_argument("--from", dest="after", metavar="VERSION", help="--matrix: only releases after VERSION")
+    p.add_argument("--releases", metavar="V1,V2", help="--matrix: only these releases (docs/compat.md is not written)")
+    p.add_argument("--out", metavar="FILE", help="--matrix: write the table here instead of docs/compat.md")
     p.set_defaults(func=run)
 
 
 def run(engine: Engine, args) -> int:
+    if args.matrix:
+        if args.abort or args.cont or args.to or args.dry_run or args.keep:
+            raise UsageError("rebase --matrix: expected only --from, --releases, --json and --out with it")
+        from .matrix import run_matrix
+        with repo_lock(engine.build_root, engine.repo, "rebase"):
+            return run_matrix(engine, start, _progress, args.after, args.releases, args.json, args.out)
+    if args.after or args.releases or args.out:
+        raise UsageError("rebase: --from, --releases and --out go with --matrix")
     if args.abort + args.cont + bool(args.to) > 1:
         raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
     targets = None if args.abort or args.cont else _targets(engine.lock, args.to)
