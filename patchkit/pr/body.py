@@ -7,7 +7,8 @@ from pathlib import Path
 from ..patchfile import PatchFile
 
 # Trailers that only mean something to this overlay; they do not go into the upstream commit.
-OVERLAY_TRAILERS = {"upstream-status", "evidence", "test", "overlay", "reached-if", "unreached-if"}
+OVERLAY_TRAILERS = {"upstream-status", "evidence", "test", "overlay", "reached-if", "unreached-if", "superseded-by",
+                    "superseded-kept"}
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
