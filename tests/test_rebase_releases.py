@@ -97,3 +97,33 @@ def test_every_condition_names_a_file_and_anchor_that_exist_on_the_pin(pristine_
         assert superseded_by(replacements_of(p.trailers), read) is None, p.name
     bad = parse_condition("Unreached-If", f"{INDEXER} ~ x [anchor: text that is not there]")
     assert pin_problems([bad], read) and "anchor" in pin_problems([bad], read)[0]
+
+
+def test_0_5_23_runtime_pins_follow_torch_and_an_override_wins():
+    """[runtime] torch follows sglang 0.5.23's requirement and triton that torch's; --to torch= overrides, and
+    triton then follows the overriding torch's own requirement."""
+    from patchkit.rebase.pins import follow
+    from patchkit.rebase.requires import pinned_version, requirement, requires_dist
+
+    pins, moved = follow(LOCK, {"sglang": "0.5.23"}, {})
+    assert pins.upstreams["flashinfer"] == "0.7.2" and pins.runtime["torch"] == "2.14.1"
+    assert pins.runtime["triton"] == "3.8.0"
+    assert [m.what for m in moved] == ["sglang", "flashinfer", "[runtime] torch", "[runtime] triton"]
+    pins, moved = follow(LOCK, {"sglang": "0.5.23"}, {"torch": "2.13.0"})
+    triton = pinned_version(requirement(requires_dist("torch", "2.13.0", LOCK.upstream("sglang").artifact), "triton"))
+    # (a CPU-only torch build in a wheelhouse requires no triton: triton then keeps its pin)
+    assert pins.runtime["torch"] == "2.13.0" and pins.runtime["triton"] == (triton or LOCK.runtime["triton"]), pins
+    assert any(m.why == "--to torch=" for m in moved)
+    pins, _ = follow(LOCK, {"sglang": "0.5.23"}, {"torch": "2.14.1", "triton": "3.7.0"})
+    assert (pins.runtime["torch"], pins.runtime["triton"]) == ("2.14.1", "3.7.0")
+
+
+def test_moved_files_are_followed_in_every_trailer_that_names_paths():
+    from patchkit.rebase.replay import rewrite_message
+
+    renames = {"a/x.py": "b/x.py", "a/y.py": "c/y.py"}
+    message = ("subject\n\nbody\n\nUnreached-If: a/x.py, a/z.py ~ re [anchor: t]\nReached-If: a/y.py ~ r\n"
+               'Superseded-By: a/x.py, a/y.py:"text: with colon"\nSuperseded-By: a/y.py:Cls.meth\n')
+    assert rewrite_message(message, {}, renames) == (
+        "subject\n\nbody\n\nUnreached-If: b/x.py, a/z.py ~ re [anchor: t]\nReached-If: c/y.py ~ r\n"
+        'Superseded-By: b/x.py, c/y.py:"text: with colon"\nSuperseded-By: c/y.py:Cls.meth\n')
