@@ -127,3 +127,17 @@ def test_moved_files_are_followed_in_every_trailer_that_names_paths():
     assert rewrite_message(message, {}, renames) == (
         "subject\n\nbody\n\nUnreached-If: b/x.py, a/z.py ~ re [anchor: t]\nReached-If: c/y.py ~ r\n"
         'Superseded-By: b/x.py, c/y.py:"text: with colon"\nSuperseded-By: c/y.py:Cls.meth\n')
+
+
+def test_check_fails_a_condition_anchor_missing_on_the_pin_and_a_replacement_that_matches_there(tmp_path):
+    repo = repo_copy(tmp_path / "repo")
+    p4, p7 = (repo / "patches" / "sglang" / patch_of(SERIES, w).name for w in (P4, P7))
+    p4.write_text(p4.read_text().replace("[anchor: SGLANG_FP8_PAGED_MQA_LOGITS_TORCH.set(True)]",
+                                         "[anchor: text no release has]", 1))
+    p7.write_text(p7.read_text().replace(f"Superseded-By: {MODEL}:MqaAttentionBase._kernel_num_heads",
+                                         f"Superseded-By: {MODEL}:MQALayer.forward", 1))
+    proc = cli(repo, "check")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {l.split()[1]: l for l in proc.stdout.splitlines() if l.startswith("sglang ")}
+    assert "FAIL" in rows[p4.name] and "anchor 'text no release has'" in rows[p4.name], rows[p4.name]
+    assert "FAIL" in rows[p7.name] and "Superseded-By already matches on the pin" in rows[p7.name], rows[p7.name]
