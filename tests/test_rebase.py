@@ -22,7 +22,7 @@ from patchkit.series import load_series
 from patchkit.state import APPLIED
 from patchkit.worktree import roundtrip_differences
 from tests.rebase_cases import (NEW_FLASHINFER_WHEEL, NEW_SGLANG_SHA256, NEW_SGLANG_WHEEL, TO, expectation, repo_copy,
-                          resolve_union)
+                          resolve_scripted)
 
 REBASE_ARGS = ["rebase", "--to", TO["sglang"], "--to", f"flashinfer={TO['flashinfer']}"]
 
@@ -158,7 +158,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
     for attempt in range(8):
         stopped = json.loads((repo / "build" / "rebase" / "state.json").read_text())["stopped"]
         for f in stopped["files"]:
-            resolve_union(work / stopped["upstream"] / f)
+            resolve_scripted(work / stopped["upstream"] / f)
         if attempt == 1:   # the second conflict: commit the resolution by hand, as a user editing the message would
             wt = work / stopped["upstream"]
             env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_COMMITTER_NAME": "me",

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import LOCK, REPO, pristine_wheel
 from tests.rebase_cases import repo_copy
-from tests.rebase_release_cases import DISPATCHER, INDEXER, MODEL, P4, P7, patch_of, reader, release, result_of
+from tests.rebase_release_cases import DISPATCHER, INDEXER, MODEL, P1, P4, P7, patch_of, reader, release, result_of
 from tests.test_rebase import cli
 from patchkit.conditions import (conditions_of, parse_condition, pin_problems, replacements_of, stale_reasons,
                                  superseded_by, unreached_reasons)
@@ -141,3 +141,36 @@ def test_check_fails_a_condition_anchor_missing_on_the_pin_and_a_replacement_tha
     rows = {l.split()[1]: l for l in proc.stdout.splitlines() if l.startswith("sglang ")}
     assert "FAIL" in rows[p4.name] and "anchor 'text no release has'" in rows[p4.name], rows[p4.name]
     assert "FAIL" in rows[p7.name] and "Superseded-By already matches on the pin" in rows[p7.name], rows[p7.name]
+
+
+@pytest.mark.slow   # one real (not dry) rebase onto 0.5.23: about two minutes
+def test_0_5_23_continue_refuses_while_the_merge_still_shadows_the_base_class_method(tmp_path):
+    """P1 and P7 (which needs P1), P7 kept although superseded: with every text conflict resolved (scripted:
+    the release's side kept), P7's clean hunks still redefine MqaAttentionBase._kernel_num_heads in MQALayer,
+    so --continue refuses at it."""
+    from tests.rebase_cases import resolve_ours
+
+    repo = repo_copy(tmp_path / "repo")
+    keep = [patch_of(SERIES, P1), patch_of(SERIES, P7)]
+    for f in (repo / "patches" / "sglang").glob("*.patch"):
+        if f.name not in [p.name for p in keep]:
+            f.unlink()
+    (repo / "patches" / "sglang" / "series").write_text("".join(p.name + "\n" for p in keep))
+    for f in (repo / "overlay" / "sglang").rglob("*.py"):      # only P1's own overlay file stays
+        if f.relative_to(repo / "overlay").as_posix() not in keep[0].overlay:
+            f.unlink()
+    proc = cli(repo, "rebase", "--to", "0.5.23", "--keep", f"{keep[1].name}=kept for the test")
+    assert proc.returncode == 1 and "rebase --continue" in proc.stdout, proc.stderr[-2000:] + proc.stdout[-2000:]
+    for _ in range(2):
+        state = json.loads((repo / "build" / "rebase" / "state.json").read_text())
+        for f in state["stopped"]["files"]:
+            resolve_ours(repo / "build" / "rebase" / "repos" / "sglang" / f)
+        again = cli(repo, "rebase", "--continue")
+        if state["stopped"]["index"] == 1:
+            break
+        assert again.returncode == 1 and "rebase --continue" in again.stdout, again.stderr[-2000:]
+    assert state["stopped"]["index"] == 1 and MODEL in state["stopped"]["files"], state["stopped"]
+    lines = [l for l in again.stderr.splitlines() if l.startswith("error:")]
+    assert again.returncode == 1 and len(lines) == 1, again.stderr[-2000:]
+    assert "expected the merged modules consistent" in lines[0] and "_kernel_num_heads" in lines[0], lines[0]
+    assert cli(repo, "rebase", "--abort").returncode == 0

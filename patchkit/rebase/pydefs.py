@@ -9,8 +9,8 @@ After a patch merges into a module of a new release, compare the merged module w
   definition in any enclosing scope), that the release's module did not already leave undefined: typically
   a name only a conflicted hunk, or an earlier patch, would have defined.
 
-Each finding is one line naming both places (file:line). Modules that do not parse say nothing here (the
-merge's markers or the tests will).
+Each finding is one line naming both places (file:line). A module that no longer parses (the release's
+did) is a finding of its own.
 """
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ def shadowed_definitions(path: str, release: str, merged: str) -> list[str]:
             continue                                    # the release's own definition (or one of them)
         if key in counts:                               # same class / module level, defined twice now
             first = next(h for h in have if (h.owner, h.name) == key)
-            out.append(f"{path}:{d.line}: the merge adds {_q(d)}{d.signature}, which the release already "
-                       f"defines at {path}:{first.line}{first.signature}")
+            out.append(f"{path}:{d.line}: the merge adds {_q(d)}{_sig(d)}, which the release already "
+                       f"defines at {path}:{first.line}")
             continue
         if d.owner and d.owner in merged_classes:
             for base in _bases(merged_classes[d.owner], merged_classes):
@@ -105,14 +105,19 @@ def shadowed_definitions(path: str, release: str, merged: str) -> list[str]:
                     continue
                 hit = next((h for h in _defs(release_classes[base].body, base) if h.name == d.name), None)
                 if hit:
-                    out.append(f"{path}:{d.line}: the merge adds {_q(d)}{d.signature}, overriding "
-                               f"{base}.{d.name}{hit.signature} that the release defines at {path}:{hit.line}")
+                    out.append(f"{path}:{d.line}: the merge adds {_q(d)}{_sig(d)}, overriding "
+                               f"{base}.{d.name}{_sig(hit)} that the release defines at {path}:{hit.line}")
                     break
     return out
 
 
 def _q(d: Definition) -> str:
-    return f"{d.owner}.{d.name}" if d.owner else d.name
+    name = f"{d.owner}.{d.name}" if d.owner else d.name
+    return f"class {name}" if d.signature == "class" else name
+
+
+def _sig(d: Definition) -> str:
+    return "" if d.signature == "class" else d.signature
 
 
 # -- undefined names --------------------------------------------------------------------------------
@@ -216,5 +221,21 @@ def undefined_names(path: str, release: str, merged: str) -> list[str]:
             for name, line in sorted(_undefined(new_tree).items(), key=lambda kv: kv[1]) if name not in before]
 
 
+def syntax_error(path: str, release: str, merged: str) -> list[str]:
+    """A module the release ships parseable that no longer parses after the merge (or a resolution)."""
+    try:
+        ast.parse(release)
+    except (SyntaxError, ValueError):
+        return []
+    try:
+        ast.parse(merged)
+    except SyntaxError as exc:
+        return [f"{path}:{exc.lineno}: no longer parses as Python ({exc.msg})"]
+    except ValueError as exc:
+        return [f"{path}: no longer parses as Python ({exc})"]
+    return []
+
+
 def collisions(path: str, release: str, merged: str) -> list[str]:
-    return shadowed_definitions(path, release, merged) + undefined_names(path, release, merged)
+    return (syntax_error(path, release, merged) or
+            shadowed_definitions(path, release, merged) + undefined_names(path, release, merged))
