@@ -2,8 +2,9 @@
 
 Errors (the check fails): a hunk that applies only at an offset, a header that lacks a required trailer,
 a patch that does not round-trip byte for byte, a Reached-If / Unreached-If or Depends-On trailer that
-does not parse or names no earlier patch, an overlay file no patch claims, a series or overlay file that
-changed without a new patch-set version and its CHANGELOG entry (patchset.py). Warnings: a patch whose own
+does not parse or names no earlier patch, a reach condition whose file or anchor is missing on the pin, a
+Superseded-By that already matches on the pristine pin, an overlay file no patch claims, a series or overlay file
+that changed without a new patch-set version and its CHANGELOG entry (patchset.py). Warnings: a patch whose own
 trailers say it is not reached on the pin (a rebase may keep such a patch knowingly; check shows it).
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 from . import PatchkitError, patchset
 from .chain import Chain
-from .conditions import conditions_of, unreached_reasons
+from .conditions import conditions_of, pin_problems, replacements_of, superseded_by, unreached_reasons
 from .patchfile import PatchFile
 from .pristine import Pristine
 from .series import Series
@@ -77,6 +78,7 @@ def reach_problems(patch: PatchFile, chain: Chain, pristine: Pristine) -> tuple[
     """
     try:
         conds = conditions_of(patch.trailers, f"{patch.name}: ")
+        replacements = replacements_of(patch.trailers, f"{patch.name}: ")
     except PatchkitError as exc:
         return [str(exc)], []
 
@@ -85,7 +87,16 @@ def reach_problems(patch: PatchFile, chain: Chain, pristine: Pristine) -> tuple[
             return chain.files[path].final
         return pristine.read(path) if pristine.has(path) else None
 
-    return [], [f"not reached on the pin: {r}" for r in unreached_reasons(conds, read)]
+    def read_pristine(path):
+        return pristine.read(path) if pristine.has(path) else None
+
+    # a condition whose file or anchor is missing on the pin would be stale from the start
+    errors = [f"condition {p}" for p in pin_problems(conds, read)]
+    found = superseded_by(replacements, read_pristine)
+    if found:     # a replacement that matches where the patch was written recognises nothing
+        errors.append(f"Superseded-By already matches on the pin ({', '.join(found)}): expected it to match only "
+                      "once upstream does the patch's job")
+    return errors, [f"not reached on the pin: {r}" for r in unreached_reasons(conds, read)]
 
 
 def depends_on_errors(series: Series, patch: PatchFile) -> list[str]:

@@ -51,7 +51,8 @@ def git(cwd: Path, *args: str, check: bool = True, env: dict | None = None, inpu
         text: bool = True) -> subprocess.CompletedProcess:
     """git in a scratch repository of patchkit's, isolated from every git config but its own."""
     return _spawn(cwd, args, _scratch_env(env), input, text, check,
-                  options=("-c", "core.autocrlf=false", "-c", "commit.gpgsign=false"))
+                  options=("-c", "core.autocrlf=false", "-c", "commit.gpgsign=false",
+                           "-c", "gc.auto=0"))   # no background gc writing into a repo about to be removed
 
 
 def checkout_git(repo: Path, *args: str, check: bool = True, env: dict | None = None, input=None,

@@ -1,4 +1,4 @@
-"""Rewrite values inside pin.lock's [upstream.NAME] tables in place, keeping its comments and layout."""
+"""Rewrite values inside pin.lock's [upstream.NAME] and [runtime] tables in place, keeping comments and layout."""
 from __future__ import annotations
 
 import json
@@ -10,19 +10,22 @@ _TABLE_RE = re.compile(r"^\s*\[([^\]]+)\]\s*(#.*)?$")
 _KEY_RE = re.compile(r'^(\s*)([A-Za-z0-9_-]+)(\s*=\s*)("(?:[^"\\]|\\.)*")(.*)$')
 
 
-def update_lock_text(text: str, updates: dict[str, dict[str, str]]) -> str:
-    """updates: upstream name -> {key: new string value}. Every key must already be in its table."""
+def update_lock_text(text: str, updates: dict[str, dict[str, str]], runtime: dict[str, str] | None = None) -> str:
+    """updates: upstream name -> {key: new string value}; runtime: [runtime] key -> new value. Every key must
+    already be in its table."""
     lines = text.splitlines(keepends=True)
     table = None
-    pending = {name: dict(values) for name, values in updates.items()}
+    pending = {f"upstream.{name}": dict(values) for name, values in updates.items()}
+    if runtime:
+        pending["runtime"] = dict(runtime)
     for i, line in enumerate(lines):
         m = _TABLE_RE.match(line.rstrip("\n"))
         if m:
             table = m.group(1).strip()
             continue
-        if not table or not table.startswith("upstream."):
+        if not table:
             continue
-        name = table[len("upstream."):]
+        name = table
         km = _KEY_RE.match(line.rstrip("\n"))
         if name in pending and km and km.group(2) in pending[name]:
             new = json.dumps(pending[name].pop(km.group(2)))
@@ -36,7 +39,7 @@ def update_lock_text(text: str, updates: dict[str, dict[str, str]]) -> str:
                 rest = " " * (old_len - len(new)) + rest
             end = "\n" if line.endswith("\n") else ""
             lines[i] = f"{km.group(1)}{km.group(2)}{km.group(3)}{new}{rest}{end}"
-    missing = [f"[upstream.{n}] {k}" for n, vals in pending.items() for k in vals]
+    missing = [f"[{n}] {k}" for n, vals in pending.items() for k in vals]
     if missing:
         raise PatchkitError(f"pin.lock: expected keys to rewrite, found none for {', '.join(missing)}")
     return "".join(lines)

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from . import PatchkitError
+from .fsio import atomic_write
 from .gitcmd import git, init_repo
 from .patchfile import PatchFile
 from .pristine import Pristine
@@ -90,5 +91,5 @@ def write_series(exported: list[Path], directory: Path) -> None:
     for old in directory.glob("*.patch"):
         old.unlink()
     for f in exported:
-        shutil.copyfile(f, directory / f.name)
-    (directory / "series").write_text("".join(f.name + "\n" for f in exported))
+        atomic_write(directory / f.name, f.read_bytes())
+    atomic_write(directory / "series", "".join(f.name + "\n" for f in exported).encode())

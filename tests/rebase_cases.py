@@ -46,8 +46,9 @@ EXPECTED = [
     # P3: PATCH_MAP predicts "offset" for the bare fp32 -> bf16 lines (193 lines further down), but the patch
     # also imports its Triton kernel among the model's imports, which 0.5.17 rewrote right there: a conflict.
     Expect("P3 bf16 MHC-pre", "sglang", "sglang/srt/models/deepseek_v4.py", r"MHC", "conflict", False),
-    # P4: the function gained query chunking around the hunks; server_args forces TileLang on sm_120.
-    Expect("P4 indexer length", "sglang", INDEXER, r"^(?!.*(bf16|bfloat16))", "conflict", True),
+    # P4: server_args forces the TileLang indexer on sm_120 (0.5.16+), whose loop stops at each row's real
+    # length: its Superseded-By trailers match, so it is dropped as superseded (issue 23).
+    Expect("P4 indexer length", "sglang", INDEXER, r"^(?!.*(bf16|bfloat16))", "superseded", False),
     # P7: its dispatcher hunk sits on P1's (moved, rewritten); 0.5.17 reworked MQALayer.forward's padding and
     # already passes a per-call sink (two hunks are in the release); no longer reached like P1 (FlashInfer default).
     Expect("P7 real query heads", "sglang", "sglang/srt/models/deepseek_v4.py", r"query heads", "conflict", True),
@@ -75,10 +76,10 @@ def repo_copy(dest: Path) -> Path:
     return dest
 
 
-def resolve_union(path: Path) -> None:
-    """A scripted conflict resolution: keep the new release's side, then the patch's lines it lacks."""
+def _conflict_blocks(text: str) -> list:
+    """The file as a list of plain lines (str) and conflict blocks ((ours, theirs) line lists)."""
     out, mode, ours, theirs = [], None, [], []
-    for line in path.read_text().splitlines(keepends=True):
+    for line in text.splitlines(keepends=True):
         if line.startswith("<<<<<<< "):
             mode, ours, theirs = "ours", [], []
         elif mode == "ours" and line.startswith("||||||| "):
@@ -86,7 +87,7 @@ def resolve_union(path: Path) -> None:
         elif mode in ("ours", "base") and line.rstrip("\n") == "=======":
             mode = "theirs"
         elif mode == "theirs" and line.startswith(">>>>>>> "):
-            out += ours + [l for l in theirs if l not in ours]
+            out.append((ours, theirs))
             mode = None
         elif mode == "ours":
             ours.append(line)
@@ -94,4 +95,74 @@ def resolve_union(path: Path) -> None:
             theirs.append(line)
         elif mode is None:
             out.append(line)
-    path.write_text("".join(out))
+    return out
+
+
+def resolve_scripted(path: Path) -> None:
+    """A scripted conflict resolution that leaves valid Python: each conflict becomes, of the union (the new
+    release's side, then the patch's lines it lacks), the patch's side and the release's side, the first that
+    parses with the fewest undefined names. (A plain union leaves unbalanced brackets and names only a
+    dropped side defines in sglang's modules, which `--continue` refuses: patchkit/rebase/pydefs.py.)"""
+    import ast
+
+    parts = _conflict_blocks(path.read_text())
+    import re
+
+    header = re.compile(r"^\s*(class|def)\s+(\w+)")
+    def extra(b):
+        """The patch's lines the release's side lacks, without a class header where the release's side opens a
+        class itself (the release renamed or rebased it) or a def header the release's side has."""
+        heads = [m.groups() for l in b[0] if (m := header.match(l))]
+        def dup(l):
+            m = header.match(l)
+            return m and ((m.group(1) == "class" and any(k == "class" for k, _ in heads)) or m.groups() in heads)
+        return [l for l in b[1] if l not in b[0] and not dup(l)]
+    union = lambda b: b[0] + extra(b)
+    union_before = lambda b: extra(b) + b[0]
+    choice = {i: b[0] for i, b in enumerate(parts) if isinstance(b, tuple)}
+
+    def text() -> str:
+        return "".join("".join(choice[i]) if isinstance(b, tuple) else b for i, b in enumerate(parts))
+    from patchkit.rebase.pydefs import _undefined
+
+    from patchkit.rebase.pydefs import _all_defs
+
+    def score(t: str):
+        try:
+            tree = ast.parse(t)
+        except SyntaxError:
+            return (1, 0)
+        defs = [(d.owner, d.name) for d in _all_defs(tree)]
+        return (0, len(_undefined(tree)) + len(defs) - len(set(defs)))
+    for _ in range(2):          # a second pass: a later block may define what an earlier one uses
+        for i in list(choice):
+            options = [union(parts[i]), union_before(parts[i]), parts[i][1], parts[i][0]]
+            scored = []
+            for n, option in enumerate(options):
+                choice[i] = option
+                scored.append((score(text()), n))
+            choice[i] = options[min(scored)[1]]
+    path.write_text(_with_missing_stdlib_imports(text()))
+
+
+def _with_missing_stdlib_imports(text: str) -> str:
+    """What the person resolving does when the release dropped an import the patch's code still needs:
+    import each standard-library module the module uses but no longer imports (after any __future__ import)."""
+    import ast
+    import sys
+
+    from patchkit.rebase.pydefs import _undefined
+
+    missing = sorted(n for n in _undefined(ast.parse(text)) if n in sys.stdlib_module_names)
+    if not missing:
+        return text
+    lines = text.splitlines(keepends=True)
+    at = max((i + 1 for i, l in enumerate(lines) if l.startswith("from __future__ import")), default=0)
+    return "".join(lines[:at] + [f"import {n}\n" for n in missing] + lines[at:])
+
+
+def resolve_ours(path: Path) -> None:
+    """Keep the new release's side of every conflict (the patch's clean hunks stay)."""
+    from patchkit.rebase.replay import ours_side
+
+    path.write_text(ours_side(path.read_text()))

@@ -15,7 +15,7 @@ from .template import fill
 
 # Trailers that only mean something to this overlay; they never go into the upstream commit.
 OVERLAY_TRAILERS = {"upstream-status", "evidence", "test", "overlay", "reached-if", "unreached-if",
-                    "depends-on", "superseded-by"}
+                    "depends-on", "superseded-by", "superseded-kept"}
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 

@@ -6,11 +6,10 @@ first checks the backup against it, so a backup cut short (a killed rebase) is n
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from .. import PatchkitError, faults
+from ..fsio import atomic_write
 from ..hashing import sha256_file
 from ..paths import clean_relpath
 
@@ -41,14 +40,10 @@ def snapshot(repo: Path, dest: Path) -> None:
     for n, (rel, f) in enumerate(sorted(_data_files(repo).items())):
         faults.point("backup", n)
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, dest / rel)
+        atomic_write(dest / rel, f.read_bytes())
         manifest[rel] = sha256_file(dest / rel)
-    tmp = dest / (MANIFEST + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump({"format": 1, "files": manifest}, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, dest / MANIFEST)
+    atomic_write(dest / MANIFEST, json.dumps({"format": 1, "files": manifest}, indent=1, sort_keys=True).encode(),
+                 fault="backup-manifest")
 
 
 def backup_problem(backup: Path) -> str | None:
@@ -87,7 +82,7 @@ def mirror(src: Path, dst: Path) -> None:
         target = dst / rel
         if rel not in have or target.read_bytes() != f.read_bytes():
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, target)
+            atomic_write(target, f.read_bytes())
     for d in sorted((p for p in dst.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
@@ -98,7 +93,7 @@ def restore(repo: Path, backup: Path) -> None:
     problem = backup_problem(backup)
     if problem:
         raise PatchkitError(f"cannot restore from {backup}: {problem}")
-    (repo / "pin.lock").write_bytes((backup / "pin.lock").read_bytes())
+    atomic_write(repo / "pin.lock", (backup / "pin.lock").read_bytes(), fault="pin-lock")
     for n, d in enumerate(DATA_DIRS):
         faults.point("restore", n)
         (repo / d).mkdir(exist_ok=True)

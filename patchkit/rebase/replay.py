@@ -12,13 +12,17 @@ import re
 import shutil
 from pathlib import Path
 
+from .. import PatchkitError
 from ..chain import hunk_offsets
-from ..conditions import conditions_of, unreached_reasons
+from ..conditions import conditions_of, replacements_of, stale_reasons, superseded_by, unreached_reasons
 from ..gitcmd import author_env, git, init_repo
 from ..patchfile import PatchFile, split_message
 from ..pristine import Pristine
 from ..worktree import PRISTINE_TAG, commit_patches, unpack_release
-from .state import CLEAN, CONFLICT, DROPPED, OFFSET, RESOLVED, UPSTREAM, Outcome
+from .pydefs import collisions
+from .state import CLEAN, CONFLICT, DROPPED, OFFSET, RESOLVED, SUPERSEDED, UPSTREAM, Outcome
+
+KEPT = "Superseded-Kept"    # the trailer that records why a superseded patch is kept
 
 OLD_TAG = "old-pristine"
 OLD_BRANCH = "old-series"
@@ -51,7 +55,11 @@ def build_rebase_repo(dest: Path, patches: list[PatchFile], old: Pristine, new: 
 
 def release_renames(repo: Path) -> dict[str, str]:
     """old path -> new path for every file the new release moved (rename detection, low threshold)."""
-    out = git(repo, "diff", f"-M{RENAME_THRESHOLD}", "--name-status", "-z", OLD_TAG, PRISTINE_TAG).stdout
+    # -l0: no rename limit. With git's default (diff.renameLimit) a large release (thousands of files) makes
+    # git skip rename detection with only a warning, and every move would be missed.
+    proc = git(repo, "diff", "-l0", f"-M{RENAME_THRESHOLD}", "--name-status", "-z", OLD_TAG, PRISTINE_TAG)
+    _refuse_skipped_renames(proc.stderr, "the release's renames")
+    out = proc.stdout
     fields = out.split("\0")
     renames, i = {}, 0
     while i < len(fields) and fields[i]:
@@ -63,6 +71,12 @@ def release_renames(repo: Path) -> dict[str, str]:
         else:
             i += 2
     return renames
+
+
+def _refuse_skipped_renames(stderr: str, what: str) -> None:
+    if "rename detection was skipped" in stderr:
+        raise PatchkitError(f"git gave up rename detection for {what} ({stderr.strip().splitlines()[0]}); "
+                            "expected every move found, found a limit: nothing written")
 
 
 def remap_patch_text(text: str, mapping: dict[str, str]) -> str:
@@ -131,17 +145,48 @@ def overlay_moves(patch: PatchFile, renames: dict[str, str]) -> dict[str, str]:
 
 
 def rewrite_message(message: str, moves: dict[str, str], renames: dict[str, str]) -> str:
-    """Follow moves in the trailer lines that name wheel paths (Overlay:, Reached-If:, Unreached-If:)."""
+    """Follow moves in the trailer lines that name wheel paths (Overlay:, Reached-If:, Unreached-If:, Superseded-By:)."""
+    def paths(text: str) -> str:
+        return ", ".join(renames.get(p.strip(), p.strip()) for p in text.split(","))
+
     def fix(line: str) -> str:
         key, sep, value = line.partition(": ")
         if key == "Overlay" and value in moves:
             return f"{key}: {moves[value]}"
         if key in ("Reached-If", "Unreached-If"):
             path, tilde, rest = value.partition(" ~ ")
-            if tilde and path in renames:
-                return f"{key}: {renames[path]} ~ {rest}"
+            if tilde:
+                return f"{key}: {paths(path)} ~ {rest}"
+        if key == "Superseded-By":
+            cut = value.find(':"') if '"' in value else value.rfind(":")
+            if cut > 0:
+                return f"{key}: {paths(value[:cut])}{value[cut:]}"
         return line
     return "\n".join(fix(l) for l in message.split("\n"))
+
+
+def with_kept(message: str, reason: str) -> str:
+    """The message with a Superseded-Kept trailer recording `reason` (unchanged when it has one or none is given)."""
+    if not reason or any(l.startswith(f"{KEPT}: ") for l in message.split("\n")):
+        return message
+    return message.rstrip("\n") + f"\n{KEPT}: {reason}\n"
+
+
+def ours_side(text: str) -> str:
+    """The text with every conflict block reduced to its HEAD side (the new release's)."""
+    out, mode = [], None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+        elif mode == "ours" and line.startswith("||||||| "):
+            mode = "base"
+        elif mode in ("ours", "base") and line.rstrip("\n") == "=======":
+            mode = "theirs"
+        elif mode == "theirs" and line.startswith(">>>>>>> "):
+            mode = None
+        elif mode in (None, "ours"):
+            out.append(line)
+    return "".join(out)
 
 
 def conflicted_files(repo: Path) -> list[str]:
@@ -166,8 +211,9 @@ def has_markers(path: Path) -> bool:
 class Replayer:
     """Cherry-picks the old series' commits, one at a time, onto `main` of a rebase repo."""
 
-    def __init__(self, repo: Path, overlay_root: Path):
+    def __init__(self, repo: Path, overlay_root: Path, keep: dict[str, str] | None = None):
         self.repo = Path(repo)
+        self.keep = keep or {}                     # patch name -> why it is kept although superseded
         self.overlay_root = Path(overlay_root)     # the staged overlay (moves applied as we go)
         self.renames = release_renames(self.repo)
         self.scratch = self.repo / ".git" / "patchkit-hunk.patch"
@@ -194,6 +240,18 @@ class Replayer:
             out.detail += [f"its header says Upstream-Status: {v}" for v in patch.trailer("Upstream-Status")]
             self._drop_overlay(patch, out)
             return out
+        found = self.superseded(patch)
+        if found:
+            out.superseded = found
+            reason = self.keep.get(patch.name) or next(iter(patch.trailer(KEPT)), "")
+            if not reason:
+                out.result = SUPERSEDED
+                out.detail.append(f"superseded by upstream {', '.join(found)}: dropped "
+                                  f"(to keep it: rebase ... --keep {patch.name}=REASON)")
+                self._drop_overlay(patch, out)
+                return out
+            out.kept = reason
+            out.detail.append(f"superseded by upstream {', '.join(found)}; kept ({KEPT}: {reason})")
         self._retarget_overlay(patch, out)
         ok, log = _apply_check(self.repo, current)
         if ok:
@@ -204,16 +262,24 @@ class Replayer:
             bad = failing_hunks(self.repo, mapped, self.scratch)
             out.detail.append("does not apply as text" + ("; failing hunks:" if bad else "; its file is missing"))
             out.detail += [f"  {b}" for b in bad]
-        proc = git(self.repo, "cherry-pick", "--no-commit", "-X", f"find-renames={RENAME_THRESHOLD}", commit, check=False)
+        proc = git(self.repo, "-c", "merge.renameLimit=0", "cherry-pick", "--no-commit",
+                   "-X", f"find-renames={RENAME_THRESHOLD}", commit, check=False)
+        _refuse_skipped_renames(proc.stderr, f"the merge of {patch.name}")
         unmerged = conflicted_files(self.repo)
-        if proc.returncode != 0 or unmerged:
+        clashes = self.collisions([mapping.get(p, p) for p in dict.fromkeys(patch.paths)])
+        if proc.returncode != 0 or unmerged or clashes:
             out.result = CONFLICT
-            out.conflicted = unmerged or [mapping.get(p, p) for p in dict.fromkeys(patch.paths)]
+            out.conflicted = unmerged or ([] if clashes and proc.returncode == 0
+                                          else [mapping.get(p, p) for p in dict.fromkeys(patch.paths)])
             for f in out.conflicted:
                 lines = marker_lines(self.repo / f)
                 out.detail.append(f"{f}: " + (f"conflict markers at line {', '.join(map(str, lines))}" if lines
                                               else "changed or removed upstream (no markers): re-create the change by hand"))
-            out.unreached = self.reach(patch)
+            for path, lines in clashes.items():
+                if path not in out.conflicted:
+                    out.conflicted.append(path)
+                out.detail += [f"{line} (a clean text merge that breaks the module: fix it by hand)" for line in lines]
+            self._reach(patch, out)
             return out
         if ok is False:
             out.result = OFFSET
@@ -240,9 +306,9 @@ class Replayer:
             self._drop_overlay(patch, out)
             return out
         message = git(self.repo, "log", "-1", "--format=%B", commit).stdout
-        self._commit(patch, rewrite_message(message, out.overlay_moves, self.renames))
+        self._commit(patch, with_kept(rewrite_message(message, out.overlay_moves, self.renames), out.kept))
         git(self.repo, "cherry-pick", "--quit", check=False)
-        out.unreached = self.reach(patch)
+        self._reach(patch, out)
         return out
 
     def _commit(self, patch: PatchFile, message: str) -> None:
@@ -288,17 +354,55 @@ class Replayer:
         # `git commit --no-edit` keeps git's "# Conflicts:" comment lines; an editor session would drop them
         message = "\n".join(l for l in message.split("\n") if not l.startswith("#"))
         message = re.sub(r"\n{3,}", "\n\n", message).strip("\n") + "\n"
-        fixed = rewrite_message(message, out.overlay_moves, self.renames)
+        fixed = with_kept(rewrite_message(message, out.overlay_moves, self.renames), out.kept)
         git(self.repo, "reset", "-q", "--soft", "HEAD~1")     # the user's tree stays staged: re-commit it
         self._commit(patch, fixed)
         out.result = RESOLVED
-        out.unreached = self.reach(patch, split_message(fixed)[1])
+        self._reach(patch, out, split_message(fixed)[1])
         return out
 
-    def reach(self, patch: PatchFile, trailers: list[tuple[str, str]] | None = None) -> list[str]:
-        """Unreached reasons of the patch's conditions on the work tree (new release + series so far)."""
+    def _reach(self, patch: PatchFile, out: Outcome, trailers: list[tuple[str, str]] | None = None) -> None:
+        out.unreached = self.reach(patch, trailers)
         conds = conditions_of(patch.trailers if trailers is None else trailers, f"{patch.name}: ")
-        return unreached_reasons([c.with_path(self.renames.get(c.path, c.path)) for c in conds], self._read)
+        out.stale = stale_reasons([c.moved(self.renames) for c in conds], self._read)
+
+    def reach(self, patch: PatchFile, trailers: list[tuple[str, str]] | None = None) -> list[str]:
+        """Unreached reasons of the patch's live conditions on the work tree (new release + series so far)."""
+        conds = conditions_of(patch.trailers if trailers is None else trailers, f"{patch.name}: ")
+        return unreached_reasons([c.moved(self.renames) for c in conds], self._read)
+
+    def _read_pristine(self, rel: str) -> bytes | None:
+        proc = git(self.repo, "show", f"{PRISTINE_TAG}:{rel}", check=False, text=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def superseded(self, patch: PatchFile) -> list[str] | None:
+        """'FILE:NAME' of the upstream code that does the patch's job on the pristine new release, if all
+        of its Superseded-By trailers match there (their paths follow the release's moves)."""
+        found = replacements_of(patch.trailers, f"{patch.name}: ")
+        return superseded_by([r.moved(self.renames) for r in found], self._read_pristine)
+
+    def collisions(self, paths: list[str], base: str = "HEAD") -> dict[str, list[str]]:
+        """Per Python module the merge touched: definitions it adds that the release already has for the same
+        object, and names it leaves undefined (pydefs.py). A file with conflict markers is read with only
+        the release's side of each conflict, so what only a conflicted hunk defines counts as missing."""
+        out = {}
+        for rel in paths:
+            f = self.repo / rel
+            if not rel.endswith(".py") or not f.is_file():
+                continue
+            before = git(self.repo, "show", f"{base}:{rel}", check=False)
+            merged = ours_side(f.read_text(encoding="utf-8", errors="replace"))
+            found = collisions(rel, before.stdout if before.returncode == 0 else "", merged)
+            if found:
+                out[rel] = found
+        return out
+
+    def reset_to(self, head: str) -> None:
+        """Put `main` back at `head` (the state's last recorded commit; "" = the new release), dropping any
+        half-done cherry-pick: the replay goes on from exactly what the state says."""
+        git(self.repo, "cherry-pick", "--quit", check=False)
+        git(self.repo, "reset", "-q", "--hard", head or PRISTINE_TAG)
+        git(self.repo, "clean", "-qfd")
 
     def head(self) -> str:
         return git(self.repo, "rev-parse", "HEAD").stdout.strip()

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from .. import PatchkitError, UsageError, faults
 from ..engine import Engine
-from ..fetch import find_release
+from ..fetch import Release, find_release
+from ..fsio import atomic_write
 from ..lock import repo_lock
 from ..lockedit import update_lock_text
 from ..lockfile import Upstream
@@ -29,9 +30,12 @@ from ..report import table
 from ..series import load_series
 from ..worktree import export_series, roundtrip_differences, write_series
 from .backup import backup_problem, mirror, restore, snapshot
+from .undo import done_dir, keep_undo, undo
+from .pins import follow
+from .requires import cached_wheel
 from .replay import Replayer, build_rebase_repo
-from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, UPSTREAM, Outcome, Pin, RebaseState, Stop,
-                    UpstreamRebase)
+from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
+                    Stop, UpstreamRebase)
 
 REFRESHING = "REFRESHING"    # written before the refresh's first write to the repository: --abort must restore
 
@@ -45,20 +49,38 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the report, write nothing")
     p.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict in build/rebase/repos/NAME")
     p.add_argument("--abort", action="store_true", help="drop the rebase in progress; patches/, overlay/, pin.lock restored")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--keep", action="append", default=[], metavar="PATCH=REASON",
+                   help="keep a patch that upstream now supersedes; REASON is recorded in its header as a "
+                        "Superseded-Kept: trailer (repeatable)")
+    p.add_argument("--json", metavar="FILE", help="also write the report (or the matrix) as JSON")
+    p.add_argument("--matrix", action="store_true",
+                   help="dry-run the series onto the pin and every later release of the first upstream (each with "
+                        "the pins it requires); print the table and write docs/compat.md")
+    p.add_argument("--from", dest="after", metavar="VERSION", help="--matrix: only releases after VERSION")
+    p.add_argument("--releases", metavar="V1,V2", help="--matrix: only these releases (docs/compat.md is not written)")
+    p.add_argument("--out", metavar="FILE", help="--matrix: write the table here instead of docs/compat.md")
     p.set_defaults(func=run)
 
 
 def run(engine: Engine, args) -> int:
+    if args.matrix:
+        if args.abort or args.cont or args.to or args.dry_run or args.keep:
+            raise UsageError("rebase --matrix: expected only --from, --releases, --json and --out with it")
+        from .matrix import run_matrix
+        with repo_lock(engine.build_root, engine.repo, "rebase"):
+            return run_matrix(engine, start, _progress, args.after, args.releases, args.json, args.out)
+    if args.after or args.releases or args.out:
+        raise UsageError("rebase: --from, --releases and --out go with --matrix")
     if args.abort + args.cont + bool(args.to) > 1:
         raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
     targets = None if args.abort or args.cont else _targets(engine.lock, args.to)
+    runtime = None if targets is None else _runtime_overrides(engine.lock, args.to)
     with repo_lock(engine.build_root, engine.repo, "rebase"):
         if args.abort:
             return abort(engine)
         if args.cont:
             return resume(engine, args.json)
-        return start(engine, targets, args.dry_run, args.json)
+        return start(engine, targets, args.dry_run, args.json, _keeps(args.keep), runtime)
 
 
 def _targets(lock, specs: list[str]) -> dict[str, str]:
@@ -69,11 +91,46 @@ def _targets(lock, specs: list[str]) -> dict[str, str]:
         name, sep, version = spec.partition("=")
         if not sep:
             name, version = names[0], spec
+        if name in lock.runtime and name not in lock.upstreams:
+            continue         # a [runtime] value (--to torch=2.14.1): _runtime_overrides
         lock.upstream(name)
         targets[name] = version
     if not targets:
         raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")
     return targets
+
+
+def _runtime_overrides(lock, specs: list[str]) -> dict[str, str]:
+    """[runtime] key -> value from `--to KEY=VALUE` flags that name a [runtime] package, not an upstream."""
+    out = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if sep and name in lock.runtime and name not in lock.upstreams:
+            out[name] = value
+    return out
+
+
+def _keeps(specs: list[str]) -> dict[str, str]:
+    """patch name (or its number, e.g. 0004) -> reason, from `--keep PATCH=REASON` flags."""
+    out = {}
+    for spec in specs:
+        name, sep, reason = spec.partition("=")
+        if not sep or not name.strip() or not reason.strip() or "\n" in reason:
+            raise UsageError(f"rebase --keep: expected PATCH=REASON (one line), found {spec!r}")
+        out[name.strip()] = reason.strip()
+    return out
+
+
+def _keep_for(keep: dict[str, str], names: list[str]) -> dict[str, str]:
+    """The --keep reasons by full patch name (a number or a unique prefix names a patch)."""
+    out = {}
+    for key, reason in keep.items():
+        hits = [n for n in names if n == key or n.startswith(key)]
+        if len(hits) != 1:
+            raise UsageError(f"rebase --keep {key}: expected one patch of the series, found "
+                             f"{', '.join(hits) if hits else 'none'}")
+        out[hits[0]] = reason
+    return out
 
 
 def work_dir(engine: Engine) -> Path:
@@ -97,7 +154,11 @@ def _new_pin(lock, name: str, version: str) -> tuple[Upstream, Path]:
     """The new release's pin and its wheel, downloaded and in the cache."""
     up = lock.upstream(name)
     wanted = dataclasses.replace(up, version=version).label
-    rel = find_release(up.package, version, up.artifact, log=lambda m: _progress(f"[{name}] {m}"))
+    known = cached_wheel(up.package, version, up.artifact)
+    if known:           # cached, with the digest the index publishes for it: no second download
+        rel = Release(*known)
+    else:
+        rel = find_release(up.package, version, up.artifact, log=lambda m: _progress(f"[{name}] {m}"))
     safe_name(rel.artifact, f"package index: artifact of {wanted}")
     tag = up.tag.replace(up.version, version) if up.version in up.tag else up.tag
     return dataclasses.replace(up, version=version, artifact=rel.artifact, sha256=rel.sha256, tag=tag), rel.path
@@ -118,13 +179,17 @@ def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
 
 
 # -- the replay -----------------------------------------------------------------------------------
-def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None) -> int:
+def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None,
+          keep: dict[str, str] | None = None, runtime: dict[str, str] | None = None) -> int:
     work = work_dir(engine)
     if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
         raise PatchkitError(f"a rebase is already in progress ({work}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
+    pins, moved = follow(engine.lock, targets, runtime or {})
+    targets = {n: v for n, v in pins.upstreams.items() if n in targets or v != engine.lock.upstream(n).version}
     moves = plan(engine, targets)
-    if not moves:
+    new_runtime = {k: v for k, v in pins.runtime.items() if v != engine.lock.runtime.get(k)}
+    if not moves and not new_runtime:
         print("rebase: every named upstream is already at the requested version; nothing to do")
         return 0
     tmp = tempfile.TemporaryDirectory(prefix="patchkit-rebase-") if dry_run else None
@@ -141,7 +206,12 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
         if staged.exists():
             shutil.rmtree(staged)
         shutil.copytree(src / "overlay", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        state = RebaseState(dry_run, [])
+        names = [p.name for n in engine.lock.upstreams for p in load_series(
+            n, src / "patches", src / "overlay", engine.lock.upstream(n).root).patches]
+        state = RebaseState(dry_run, [], keep=_keep_for(keep or {}, names), runtime=new_runtime,
+                            moved=[m.line() for m in moved])
+        for line in state.moved:
+            _progress(f"pin: {line}")
         for move in moves:
             old, new = move.old, move.new
             series = load_series(old.name, src / "patches", src / "overlay", old.root)
@@ -163,8 +233,10 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
     for entry in state.upstreams:
         up = engine.lock.upstream(entry.name)
         series = load_series(entry.name, src / "patches", src / "overlay", up.root)
-        replayer = Replayer(base / "repos" / entry.name, base / "overlay")
+        replayer = Replayer(base / "repos" / entry.name, base / "overlay", state.keep)
         total = len(entry.patches)
+        if not state.dry_run and entry.next < total:
+            replayer.reset_to(entry.head)     # a kill after a commit but before its state write: redo that patch
         while entry.next < total:
             i = entry.next
             faults.point("replay", i)
@@ -185,8 +257,9 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
                     print(_instructions(base, entry.name, outcome))
                     return 1
             entry.next = i + 1
-        if not state.dry_run:
-            state.save(base)
+            if not state.dry_run:
+                entry.head = replayer.head()
+                state.save(base)
     print(format_report(state))
     if state.dry_run:
         _write_json(json_out, state, "dry-run")
@@ -215,10 +288,13 @@ def resume(engine: Engine, json_out: str | None) -> int:
         entry = state.entry(stop.upstream)
         up = engine.lock.upstream(stop.upstream)
         series = load_series(up.name, src / "patches", src / "overlay", up.root)
-        replayer = Replayer(base / "repos" / up.name, base / "overlay")
+        replayer = Replayer(base / "repos" / up.name, base / "overlay", state.keep)
         left = replayer.unresolved(stop.files)
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")
+        clashes = [line for lines in replayer.collisions(stop.files, stop.head).values() for line in lines]
+        if clashes:
+            raise PatchkitError(f"rebase --continue: expected the merged modules consistent, found {clashes[0]}")
         i = stop.index
         if entry.patches != [p.name for p in series.patches]:
             raise PatchkitError(f"{base / STATE}: expected the stop to name a patch of the backed-up series, found "
@@ -235,6 +311,7 @@ def resume(engine: Engine, json_out: str | None) -> int:
             outcome.detail.append("resolved by hand")
         entry.results[i] = outcome
         entry.next = i + 1
+        entry.head = replayer.head()
         state.stopped = None
         state.save(base)
         _progress(f"[{up.name}] {patch.name}: {outcome.result}")
@@ -248,8 +325,7 @@ def abort(engine: Engine) -> int:
     base = work_dir(engine)
     repo = engine.repo
     if not base.exists():
-        print("rebase --abort: no rebase in progress")
-        return 0
+        return undo(repo, done_dir(engine))
     refreshing = (base / REFRESHING).exists()
     problem = backup_problem(base / "backup")
     if refreshing and problem:
@@ -278,12 +354,12 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     repo = engine.repo
     exported = {e.name: export_series(base / "repos" / e.name, base / "export" / e.name) for e in state.upstreams}
     lock_text = update_lock_text((base / "backup" / "pin.lock").read_text(),
-                                 {e.name: e.pin.to_json() for e in state.upstreams})
+                                 {e.name: e.pin.to_json() for e in state.upstreams}, state.runtime)
     problem = backup_problem(base / "backup")
     if problem:
         raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
                             f"({problem}); nothing written")
-    (base / REFRESHING).write_text("pin.lock, patches/ and overlay/ are being rewritten\n")
+    atomic_write(base / REFRESHING, b"pin.lock, patches/ and overlay/ are being rewritten\n")
     try:
         step = 0
         for name, files in exported.items():
@@ -294,7 +370,7 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
         (repo / "overlay").mkdir(exist_ok=True)
         mirror(base / "overlay", repo / "overlay")
         faults.point("refresh", step + 1)
-        (repo / "pin.lock").write_text(lock_text)
+        atomic_write(repo / "pin.lock", lock_text.encode(), fault="pin-lock")
         fresh = Engine.from_repo(repo)
         for name in exported:
             up = fresh.lock.upstream(name)
@@ -311,9 +387,13 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
                                 "run 'rebase --abort'") from None
         (base / REFRESHING).unlink()
         raise
-    shutil.rmtree(base)
+    keep_undo(repo, base, done_dir(engine))
     for e in state.upstreams:
         print(f"rebase: {e.label}: wrote {len(exported[e.name])} patch(es), pin.lock updated")
+    for line in state.moved:
+        print(f"rebase: pin {line}")
+    print(f"rebase: done. To undo it: python apply.py rebase --abort (restores pin.lock, patches/ and overlay/ "
+          f"from {done_dir(engine) / 'backup'})")
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -321,12 +401,15 @@ def format_report(state: RebaseState) -> str:
     rows, notes = [], []
     outcomes = [(e, r) for e in state.upstreams for r in e.results]
     for e, r in outcomes:
-        reached = "NO" if r.unreached else ("-" if r.result in (PENDING, UPSTREAM, DROPPED) else "yes")
+        reached = ("NO" if r.unreached else "-" if r.result in (PENDING, UPSTREAM, DROPPED, SUPERSEDED)
+                   else "stale" if r.stale else "yes")
         rows.append([e.label, r.patch, r.result, reached])
         lines = r.detail + [f"no longer reached: {u}" for u in r.unreached]
         if lines:
             notes.append(f"{e.name}/{r.patch}:\n" + "\n".join(f"    {d}" for d in lines))
     out = [table(rows, ["upstream", "patch", "result", "reached"])]
+    if state.moved:
+        out += ["", "pins that move:"] + [f"    {line}" for line in state.moved]
     if notes:
         out += ["", "details:"] + notes
     upstreamed = [r.patch for _, r in outcomes if r.result == UPSTREAM]
@@ -335,6 +418,13 @@ def format_report(state: RebaseState) -> str:
     dropped = [r.patch for _, r in outcomes if r.result == DROPPED]
     if dropped:
         out.append("dropped (empty after resolution; not in the refreshed series): " + ", ".join(dropped))
+    superseded = [f"{r.patch} (superseded by upstream {', '.join(r.superseded)})" for _, r in outcomes
+                  if r.result == SUPERSEDED]
+    if superseded:
+        out.append("superseded (dropped from the refreshed series; --keep PATCH=REASON keeps one): "
+                   + "; ".join(superseded))
+    for e, r in outcomes:     # one line per stale condition: patch, condition, file
+        out += [f"stale: {e.name}/{r.patch}: {line}" for line in r.stale]
     unreached = [r.patch for _, r in outcomes if r.unreached and r.result not in (UPSTREAM, DROPPED)]
     if unreached:
         out.append("no longer reached on the new release (kept; add a hunk that routes to it, or drop it): "
@@ -344,4 +434,5 @@ def format_report(state: RebaseState) -> str:
 
 def _write_json(path: str | None, state: RebaseState, status: str) -> None:
     if path:
-        Path(path).write_text(json.dumps({"status": status, "upstreams": state.to_json()["upstreams"]}, indent=1))
+        Path(path).write_text(json.dumps({"status": status, "upstreams": state.to_json()["upstreams"],
+                                          "pins_moved": state.moved, "runtime": state.runtime}, indent=1))

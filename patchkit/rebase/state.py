@@ -11,13 +11,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .. import PatchkitError, jsonio
+from ..fsio import atomic_write
 from ..lockfile import Upstream
 from ..paths import clean_relpath, safe_name
 
 STATE = "state.json"
-CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING = (
-    "clean", "offset", "conflict", "already upstream", "resolved", "dropped", "pending")
-RESULTS = (CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING)
+CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING, SUPERSEDED = (
+    "clean", "offset", "conflict", "already upstream", "resolved", "dropped", "pending", "superseded")
+RESULTS = (CLEAN, OFFSET, CONFLICT, UPSTREAM, RESOLVED, DROPPED, PENDING, SUPERSEDED)
 PIN_KEYS = ("version", "artifact", "sha256", "tag")   # what a rebase changes in an [upstream.NAME] table
 
 
@@ -56,6 +57,9 @@ class Outcome:
     unreached: list[str] = field(default_factory=list)
     overlay_moves: dict[str, str] = field(default_factory=dict)
     conflicted: list[str] = field(default_factory=list)      # files holding conflict markers
+    stale: list[str] = field(default_factory=list)           # reach conditions that mean nothing here
+    superseded: list[str] = field(default_factory=list)      # FILE:NAME of upstream code doing its job
+    kept: str = ""                                           # why it is kept although superseded
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -67,6 +71,7 @@ class Outcome:
         check.need(isinstance(data["patch"], str) and isinstance(data["subject"], str)
                    and data["result"] in RESULTS and _strings(data["detail"]) and _strings(data["unreached"])
                    and _strings(data["conflicted"]) and isinstance(data["overlay_moves"], dict)
+                   and _strings(data["stale"]) and _strings(data["superseded"]) and isinstance(data["kept"], str)
                    and _strings(list(data["overlay_moves"].values())), what)
         for rel in data["conflicted"]:
             check.confined(clean_relpath, rel, "conflicted file")
@@ -103,6 +108,7 @@ class UpstreamRebase:
     patches: list[str]
     results: list[Outcome]
     next: int = 0
+    head: str = ""     # the rebase repo's HEAD once results[:next] are in ("" = not replayed yet)
 
     @property
     def label(self) -> str:
@@ -110,7 +116,8 @@ class UpstreamRebase:
 
     def to_json(self) -> dict:
         return {"name": self.name, "from": self.from_version, "pin": self.pin.to_json(), "commits": self.commits,
-                "patches": self.patches, "results": [r.to_json() for r in self.results], "next": self.next}
+                "patches": self.patches, "results": [r.to_json() for r in self.results], "next": self.next,
+                "head": self.head}
 
     @classmethod
     def from_json(cls, e, check: _Checker, names: list[str]) -> UpstreamRebase:
@@ -130,7 +137,10 @@ class UpstreamRebase:
         check.need(isinstance(pin, dict) and set(pin) == set(PIN_KEYS) and all(isinstance(pin[k], str) for k in PIN_KEYS),
                    "'pin' with version, artifact, sha256 and tag")
         check.confined(safe_name, pin["artifact"], "pin artifact")
-        return cls(e["name"], e["from"], Pin(**pin), list(e["commits"]), list(e["patches"]), results, e["next"])
+        check.need(isinstance(e.get("head"), str) and (e["head"] == "" or e["head"].isalnum()),
+                   "'head' as a commit id or \"\"")
+        return cls(e["name"], e["from"], Pin(**pin), list(e["commits"]), list(e["patches"]), results, e["next"],
+                   e["head"])
 
 
 @dataclass
@@ -162,16 +172,21 @@ class RebaseState:
     dry_run: bool
     upstreams: list[UpstreamRebase]
     stopped: Stop | None = None
+    keep: dict[str, str] = field(default_factory=dict)    # patch name -> why it is kept although superseded
+    runtime: dict[str, str] = field(default_factory=dict)  # [runtime] key -> new value (those that move)
+    moved: list[str] = field(default_factory=list)         # every pin that moves, and why (for the report)
 
     def entry(self, name: str) -> UpstreamRebase:
         return next(e for e in self.upstreams if e.name == name)
 
     def to_json(self) -> dict:
         return {"dry_run": self.dry_run, "upstreams": [e.to_json() for e in self.upstreams],
-                "stopped": self.stopped.to_json() if self.stopped else None}
+                "stopped": self.stopped.to_json() if self.stopped else None, "keep": self.keep,
+                "runtime": self.runtime, "moved": self.moved}
 
     def save(self, base: Path) -> None:
-        (base / STATE).write_text(json.dumps(self.to_json(), indent=1))
+        # atomic: a kill mid-write leaves the previous state whole, so --continue still works
+        atomic_write(base / STATE, json.dumps(self.to_json(), indent=1).encode(), fault="state")
 
     @classmethod
     def load(cls, base: Path, names: list[str]) -> RebaseState:
@@ -192,4 +207,10 @@ class RebaseState:
         check.need(data.get("dry_run") is False, "'dry_run': false")
         entries = [UpstreamRebase.from_json(e, check, names) for e in data["upstreams"]]
         stop = data.get("stopped")
-        return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries))
+        keep = data.get("keep")
+        check.need(isinstance(keep, dict) and _strings(list(keep.values())), "'keep' as {patch: reason}")
+        runtime, moved = data.get("runtime"), data.get("moved")
+        check.need(isinstance(runtime, dict) and _strings(list(runtime.values())), "'runtime' as {key: value}")
+        check.need(_strings(moved), "'moved' as a list of lines")
+        return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries), dict(keep),
+                   dict(runtime), list(moved))

@@ -1,0 +1,27 @@
+"""pin.lock rewritten by a rebase: [upstream.NAME] values and (issue 23) [runtime] values, comments and layout kept."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from tests.conftest import REPO
+from patchkit import PatchkitError
+from patchkit.lockedit import update_lock_text
+
+
+def test_runtime_pins_are_rewritten_in_place_with_comments_kept():
+    text = (REPO / "pin.lock").read_text()
+    new = update_lock_text(text, {"flashinfer": {"version": "0.7.2"}}, {"torch": "2.14.1", "triton": "3.8.0"})
+    data = tomllib.loads(new)
+    assert data["runtime"]["torch"] == "2.14.1" and data["runtime"]["triton"] == "3.8.0"
+    assert data["upstream"]["flashinfer"]["version"] == "0.7.2"
+    assert data["runtime"]["python"] == tomllib.loads(text)["runtime"]["python"]
+    changed = [(a, b) for a, b in zip(text.splitlines(), new.splitlines()) if a != b]
+    assert len(changed) == 3 and len(new.splitlines()) == len(text.splitlines())
+    assert [l for l in text.splitlines() if l.startswith("#")] == [l for l in new.splitlines() if l.startswith("#")]
+
+
+def test_a_runtime_key_pin_lock_lacks_is_refused():
+    with pytest.raises(PatchkitError, match=r"\[runtime\] cuda"):
+        update_lock_text((REPO / "pin.lock").read_text(), {}, {"cuda": "13.0"})
