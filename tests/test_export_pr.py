@@ -128,7 +128,8 @@ def exportable(patch) -> bool:
 
 
 def needs_force(patch) -> bool:
-    return status(patch).startswith("Backport") or bool(patch.trailer("Superseded-By"))
+    # a Superseded-By that does not match on the base (P4's and P7's, on 0.5.14) exports without --force
+    return status(patch).startswith("Backport")
 
 
 def pr_data(repo: Path, name: str):
@@ -317,10 +318,13 @@ def test_upstream_superseded_and_inappropriate_patches(checkouts, tmp_path):
     for backport in [p for n, _, p in all_patches(copy) if n == "sglang" and status(p).startswith("Backport")]:
         proc = cli(copy, "export-pr", f"sglang/{backport.name}", "--repo", str(repo))
         assert proc.returncode == 1 and "upstream already has this change; pass --force" in proc.stderr
-    superseded = _with_trailer(copy, "0003", "Superseded-By: sglang/srt/layers/mhc.py mhc_fused_post_pre")
+    # a replacement the base has (this definition exists in the 0.5.14 checkout): refused without --force
+    superseded = _with_trailer(copy, "0003",
+                               "Superseded-By: sglang/srt/layers/attention/flash_mla_sm120.py:flash_mla_with_kvcache_sm120")
     proc = cli(copy, "export-pr", f"sglang/{superseded}", "--repo", str(repo))
     assert proc.returncode == 1
-    assert "superseded by upstream's sglang/srt/layers/mhc.py mhc_fused_post_pre; pass --force" in proc.stderr
+    assert ("superseded by upstream's sglang/srt/layers/attention/flash_mla_sm120.py:flash_mla_with_kvcache_sm120 "
+            "on the base; pass --force") in proc.stderr
     proc = cli(copy, "export-pr", f"sglang/{superseded}", "--repo", str(repo), "--force")
     assert proc.returncode == 0, proc.stderr
     branch = default_branch(parse_patch(copy / "patches/sglang" / superseded))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import PatchkitError, UsageError
 from ..check import depends_on_errors
+from ..conditions import replacements_of, superseded_by
 from ..gitcmd import checkout_git
 from .body import Stack, commit_message, pr_body, title
 from .carry import carried_change
@@ -82,8 +83,17 @@ def default_branch(patch) -> str:
     return "pr/" + (out or patch.name[:4])
 
 
-def status_gate(patch, force: bool) -> None:
-    """Refuse what is not for upstream: Inappropriate never; already upstream or superseded without --force."""
+def base_reader(repo: Path, commit: str, prefix: str):
+    """A conditions.Reader of wheel paths at `commit` of the checkout (`prefix`: the wheel root in the repo)."""
+    def read(rel: str) -> bytes | None:
+        proc = checkout_git(repo, "cat-file", "blob", f"{commit}:{prefix}{rel}", check=False, text=False)
+        return proc.stdout if proc.returncode == 0 else None
+    return read
+
+
+def status_gate(patch, force: bool, read=None) -> None:
+    """Refuse what is not for upstream: Inappropriate never; already upstream, or superseded on the base (its
+    Superseded-By replacements all found there, through `read`), without --force."""
     status = (patch.trailer("Upstream-Status") or [""])[0]
     if status.lower().startswith("inappropriate"):
         raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: not meant for upstream, never exported")
@@ -92,9 +102,9 @@ def status_gate(patch, force: bool) -> None:
     if status.lower().startswith("backport"):
         raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: upstream already has this change; "
                             "pass --force to export it anyway")
-    superseded = patch.trailer("Superseded-By")
-    if superseded:
-        raise PatchkitError(f"export-pr: {patch.name}: superseded by upstream's {superseded[0]}; "
+    found = superseded_by(replacements_of(patch.trailers, f"{patch.name}: "), read) if read else None
+    if found:
+        raise PatchkitError(f"export-pr: {patch.name}: superseded by upstream's {', '.join(found)} on the base; "
                             "pass --force to export it anyway")
 
 
@@ -266,7 +276,7 @@ def run(engine, args) -> int:
     chain = chain_of(series, index) if args.series else [index]
     patches = [series.patches[i] for i in chain]
     for p in patches:
-        status_gate(p, args.force)
+        status_gate(p, args.force, base_reader(repo, base_commit, up.repo_prefix))
     if args.body and Path(args.body).exists():   # the user's file: never overwritten (the default lives under build/)
         raise PatchkitError(f"export-pr: --body {args.body}: expected a new file, found an existing one; "
                             "pass another path or remove it; nothing written")
