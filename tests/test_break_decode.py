@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.upstream import load_module
+from harness.upstream import load_module, tree_package
 from serving import emulate_sm120
 from tests.mma_decode_cases import make_case
 
@@ -24,7 +24,8 @@ DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
 
 def dispatcher(patched_root, monkeypatch, mode: str | None):
     monkeypatch.setenv("SGLANG_SM120_SPARSE_DECODE", "torch")
-    module = load_module(patched_root / DISPATCHER, f"_flash_mla_sm120_{mode}")
+    with tree_package(patched_root, "sglang"):     # the dispatcher reads its switch through sglang.srt.environ
+        module = load_module(patched_root / DISPATCHER, f"_flash_mla_sm120_{mode}")
     if mode:
         monkeypatch.setenv(emulate_sm120.BREAK_ENV, mode)
         emulate_sm120._break_decode(module)
@@ -94,7 +95,8 @@ def test_graph_safe_torch_decode_is_the_trees_fallback_bit_for_bit_without_index
             return func(*args, **(kwargs or {}))
 
     monkeypatch.setenv("SGLANG_SM120_SPARSE_DECODE", "torch")
-    module = load_module(patched_root / DISPATCHER, f"_flash_mla_sm120_graph_safe_{seed}")
+    with tree_package(patched_root, "sglang"):
+        module = load_module(patched_root / DISPATCHER, f"_flash_mla_sm120_graph_safe_{seed}")
     case = make_case(B=5, H=16, topk=48, extra_topk=24, seed=seed, sink_mode=sink_mode)   # edge rows: empty, invalid
     original = module.flash_mla_with_kvcache_sm120(**case.kwargs())
     with Ops():

@@ -92,7 +92,7 @@ def test_a_pr_test_file_under_patches_is_linted_and_fix_formats_the_whole_files(
     kernel.write_text(kernel.read_text() + "_SHAPES = [1,2 ,3]\n")
     proc = gate(repo)
     assert proc.returncode == 1 and "patches/sglang/upstream-tests/test_demo.py:1: ruff-format" in proc.stdout, proc.stdout
-    untouched = {f: f.read_bytes() for f in (repo / "patches" / "flashinfer").iterdir()}
+    untouched = {f: f.read_bytes() for f in (repo / "patches" / "flashinfer").rglob("*") if f.is_file()}
     stray = repo / "stray.py"     # in the working directory, in no series: --fix must leave it alone
     stray.write_text("y = [1,2 ,3]\n")
     proc = gate(repo, "--fix")
