@@ -3,57 +3,29 @@
 `DIR/.patchkit-attestation.json` names the release line, the patch-set version, the series digest and every
 series, patch and overlay file with its sha256 (patchset.py), plus the releases it was applied to. apply
 writes it right after its transaction (and refreshes it when the tree is already applied), revert removes it;
-`status --target`, doctor and the patched program itself read it back. A manifest is a claim about the set,
+`status --target`, doctor and the patched program itself read it back. This module says what the manifest
+holds; the file itself is one of the target's own files (bookkeeping.TargetFiles, key KEY): never read or
+written through a link, a regular file of this user, bounded JSON. A manifest is a claim about the set,
 not about the bytes: status still hashes every file.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from . import PatchkitError, fsio
+from . import PatchkitError
+from .bookkeeping import TargetFiles
 from .patchset import PatchSetId, digest_of
 
-MANIFEST = ".patchkit-attestation.json"
+MANIFEST = TargetFiles.NAMES["attestation"]
+KEY = "attestation"              # its key among the target's own files (read and written only through them)
 FORMAT = 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-def path_in(target: Path) -> Path:
-    return Path(target) / MANIFEST
 
 
 def record(ident: PatchSetId, releases: list[str]) -> dict:
     return {"format": FORMAT, "line": ident.line, "version": ident.version, "series_digest": ident.digest,
             "applied_to": list(releases), "files": [{"path": p, "sha256": s} for p, s in ident.files]}
-
-
-def _encode(data: dict) -> bytes:
-    return (json.dumps(data, indent=1) + "\n").encode()
-
-
-def refuse_if_foreign(target: Path) -> bytes | None:
-    """The manifest's bytes, None if absent; a link, directory or another user's file at its name is refused
-    (apply and revert call this before their first write, so nothing is written)."""
-    return fsio.read_owned(path_in(target), "an attestation manifest", limit=1 << 20)
-
-
-def write(target: Path, data: dict) -> bool:
-    """Write the manifest unless it already holds `data` (a malformed one of ours is replaced); True if it wrote."""
-    new = _encode(data)
-    if refuse_if_foreign(target) == new:
-        return False
-    fsio.atomic_write(path_in(target), new)
-    return True
-
-
-def remove(target: Path) -> bool:
-    """Remove the manifest (malformed or not); True if there was one."""
-    if refuse_if_foreign(target) is None:
-        return False
-    path_in(target).unlink()
-    return True
 
 
 def _problem(data) -> str | None:
@@ -76,19 +48,9 @@ def _problem(data) -> str | None:
 
 
 def read(target: Path) -> dict | None:
-    """The manifest of `target`, None if it has none; a malformed one is a one-line PatchkitError."""
-    path = path_in(target)
-    raw = fsio.read_owned(path, "an attestation manifest", limit=1 << 20)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise PatchkitError(f"{path}: expected an attestation manifest (JSON), found {exc}") from None
-    problem = _problem(data)
-    if problem:
-        raise PatchkitError(f"{path}: {problem}")
-    return data
+    """The manifest of `target`, None if it has none; a malformed one (or not a regular file of ours) is a
+    one-line PatchkitError."""
+    return TargetFiles(target).read_json(KEY, _problem)
 
 
 def describe(target: Path, ident: PatchSetId | None = None) -> str:

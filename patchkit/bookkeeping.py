@@ -1,8 +1,9 @@
 """The files patchkit keeps for itself beside what it patches: one owner per directory.
 
 A target directory holds its lock (`.patchkit-lock`), the journal of a run in progress
-(`.patchkit-journal.json`), the record of what patchkit wrote (`.patchkit-written.json`) and, while a
-write is under way, `.NAME.patchkit-tmp` files. The repository's `build/` holds the repository lock.
+(`.patchkit-journal.json`), the record of what patchkit wrote (`.patchkit-written.json`), the attestation
+manifest (`.patchkit-attestation.json`, what it says: attestation.py) and, while a write is under way,
+`.NAME.patchkit-tmp` files. The repository's `build/` holds the repository lock.
 Every one of them is reached only through `OwnedFiles`: written with fsio.atomic_write (never through a
 link), read with fsio.read_owned (a regular file of this user, no link followed, size-limited) and
 parsed with jsonio (depth-limited, schema-checked). Anything else at one of these names is a one-line
@@ -56,7 +57,20 @@ class OwnedFiles:
         return None if raw is None else jsonio.parse(raw, self.path(key), schema, max_bytes=self.LIMIT)
 
     def write_json(self, key: str, value) -> None:
-        fsio.atomic_write(self.path(key), json.dumps(value, indent=1, sort_keys=True).encode(), fault="tmp")
+        fsio.atomic_write(self.path(key), _encode(value), fault="tmp")
+
+    def refresh_json(self, key: str, value) -> bool:
+        """Write `value` unless the file already holds exactly it (a malformed one of ours is replaced; anything
+        but a regular file of ours is refused); True if it wrote."""
+        if self.read_bytes(key) == _encode(value):
+            return False
+        self.write_json(key, value)
+        return True
+
+    def refuse_if_foreign(self, key: str) -> None:
+        """Anything but a regular file of ours (or nothing) at the name is a one-line error: called before a
+        command's first write, so a refusal leaves the tree as it was."""
+        self.read_bytes(key)
 
     def remove(self, key: str) -> None:
         """Remove the entry whatever its type (a link is removed, never followed); absent is fine."""
@@ -80,10 +94,12 @@ class RepoFiles(OwnedFiles):
 
 
 class TargetFiles(OwnedFiles):
-    """A target directory's lock, journal, written record and temp files."""
+    """A target directory's lock, journal, written record, attestation manifest and temp files."""
 
-    NAMES = {"lock": ".patchkit-lock", "journal": ".patchkit-journal.json", "written": ".patchkit-written.json"}
-    WHAT = {"journal": "a patchkit journal", "written": "patchkit's record of written files"}
+    NAMES = {"lock": ".patchkit-lock", "journal": ".patchkit-journal.json", "written": ".patchkit-written.json",
+             "attestation": ".patchkit-attestation.json"}
+    WHAT = {"journal": "a patchkit journal", "written": "patchkit's record of written files",
+            "attestation": "an attestation manifest"}
 
     def __init__(self, target: Path):
         super().__init__(target, f"target {target}")
@@ -185,6 +201,10 @@ class TargetFiles(OwnedFiles):
             entry["sha256"] = sorted(set(entry["sha256"]) | {sha256_bytes(data)})
             entry["stat"] = self._stat_key(rel)
         self.write_json("written", {"format": 2, "files": known})
+
+
+def _encode(value) -> bytes:
+    return (json.dumps(value, indent=1, sort_keys=True) + "\n").encode()
 
 
 def _bad_record(path: Path, why: str) -> PatchkitError:

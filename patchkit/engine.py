@@ -191,12 +191,12 @@ class Engine:
             self._refuse_if_unusable(before, target.path)
             changes = self._changes(before, target, to_final)
             if not dry_run and (changes or target.writable()):
-                attestation.refuse_if_foreign(target.path)    # before the first write: a link there stops us
+                target.files.refuse_if_foreign(attestation.KEY)   # before the first write: a link there stops us
             if before.temp_files and not dry_run:
                 self._remove_leftovers(target.path, before.temp_files, log)
             if not changes:
                 if not dry_run and target.writable():
-                    self._attest(target.path, before, to_final, log)
+                    self._attest(target, before, to_final, log)
                 if before.journal is not None and not dry_run:
                     target.files.end()
                     log(f"{op}: finished the interrupted '{before.journal.get('op')}' (nothing left to write)")
@@ -212,20 +212,21 @@ class Engine:
             commit(target.path, op, changes)
             target.files.record([(c.path, c.after) for c in changes if c.after is not None] if to_final else [],
                                 replace=not to_final)
-            self._attest(target.path, before, to_final, log)
+            self._attest(target, before, to_final, log)
             for c in changes:
                 target.wrote(c.path, c.after)
             return dataclasses.replace(self._inspect(target), before=before)
 
-    def _attest(self, target: Path, state: TargetState, applied: bool, log) -> None:
+    def _attest(self, target: Target, state: TargetState, applied: bool, log) -> None:
         """Right after the transaction: an applied tree says which patch set it carries, a reverted one nothing."""
         if not applied:
-            if attestation.remove(target):
+            if target.files.read_bytes(attestation.KEY) is not None:   # a malformed one of ours goes too
+                target.files.remove(attestation.KEY)
                 log(f"removed {attestation.MANIFEST}")
             return
         releases = [self.lock.upstream(u.name).label for u in state.upstreams if u.present]
         ident = self.patch_set()
-        if attestation.write(target, attestation.record(ident, releases)):
+        if target.files.refresh_json(attestation.KEY, attestation.record(ident, releases)):
             log(f"wrote {attestation.MANIFEST}: {ident.label}")
 
     def patch_set(self) -> patchset.PatchSetId:

@@ -1,11 +1,12 @@
 """Read pin.lock: which upstream artifacts the series is written against."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, fsio
 from .paths import clean_relpath, safe_name
 
 try:
@@ -96,10 +97,15 @@ def _upstream(path: Path, name: str, entry) -> Upstream:
 
 def load_lock(path: Path) -> Lock:
     path = Path(path)
-    if not path.is_file():
+    # No link followed: a pin.lock committed as a symlink would pin whatever file the link reaches.
+    if fsio.kind_of(path) == "a symlink":
+        raise PatchkitError(f"{path}: expected the pin file (a regular file), found a symlink (to {os.readlink(path)}); "
+                            "replace it with the file itself")
+    raw = fsio.read_regular(path, "the pin file (pin.lock)", limit=1 << 20)
+    if raw is None:
         raise PatchkitError(f"{path}: lock file not found")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PatchkitError(f"{path}: not valid TOML ({exc})") from None
     if "index" in data:   # pin.lock once named the package index; where files come from is pip's to say

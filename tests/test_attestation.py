@@ -105,6 +105,17 @@ def test_a_malformed_manifest_is_reported_and_replaced_by_apply(target):
     assert attestation.read(target)["series_digest"] == Engine.from_repo(REPO).patch_set().digest
 
 
+def test_a_deeply_nested_manifest_is_one_unreadable_line_not_a_traceback(target):
+    """Read through TargetFiles (jsonio): bounded depth, so json.loads never recurses out of the stack."""
+    (target / attestation.MANIFEST).write_text("[" * 200_000)
+    with pytest.raises(PatchkitError, match="expected JSON nested at most"):
+        attestation.read(target)
+    r = cli(REPO, "status", "--target", str(target))
+    assert "attestation: unreadable:" in r.stdout and "Traceback" not in r.stderr, r.stderr
+    assert cli(REPO, "apply", "--target", str(target)).returncode == 0      # ours, malformed: replaced
+    assert attestation.read(target)["series_digest"] == Engine.from_repo(REPO).patch_set().digest
+
+
 # -- the server's start-up line (the last sglang patch) ------------------------------------------------------
 
 def attestation_patch():

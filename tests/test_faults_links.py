@@ -82,7 +82,7 @@ def test_class1_lock_file_of_another_user_is_refused(tmp_path):
 
 # -- class 2: temp and bookkeeping names -----------------------------------------------------------
 @pytest.mark.parametrize("rel", [f"{PACKAGE}/.util.py.patchkit-tmp", ".patchkit-journal.json.patchkit-tmp",
-                                 ".patchkit-written.json.patchkit-tmp"])
+                                 ".patchkit-written.json.patchkit-tmp", ".patchkit-attestation.json.patchkit-tmp"])
 def test_class2_dangling_link_at_a_temp_name_is_reported_removed_and_never_written_through(tmp_path, rel):
     repo, env = demo_repo(tmp_path / "r")
     site = demo_target(tmp_path / "t")
@@ -129,3 +129,44 @@ def test_class2_target_file_that_is_a_link_out_of_the_tree_is_refused(tmp_path):
         proc = cli(repo, cmd, "--target", str(site), env=env)
         assert one_line_error(proc) and "util.py" in proc.stderr and "found a symlink" in proc.stderr, (cmd, proc.stderr)
     assert snapshot(site) == before and (site / PACKAGE / "util.py").is_symlink()
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_class2_symlink_at_the_attestation_manifest_is_refused_and_its_target_untouched(tmp_path, dangling):
+    """The manifest is one of the target's own files (bookkeeping.TargetFiles): apply and revert refuse a link at
+    its name before their first write, status reports it unreadable; the link's target is never read or written."""
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    assert cli(repo, "apply", "--target", str(site), env=env).returncode == 0
+    manifest = site / ".patchkit-attestation.json"
+    victim = tmp_path / "victim.json"
+    if not dangling:
+        victim.write_text(PRECIOUS)
+    manifest.unlink()
+    os.symlink(victim, manifest)
+    before = snapshot(site)
+    for cmd in ("apply", "revert"):
+        proc = cli(repo, cmd, "--target", str(site), env=env)
+        assert one_line_error(proc) and str(manifest) in proc.stderr and "found a symlink" in proc.stderr, (cmd, proc.stderr)
+    status = cli(repo, "status", "--target", str(site), env=env)
+    assert f"attestation: unreadable: {manifest}: expected an attestation manifest" in status.stdout, status.stdout
+    assert "found a symlink" in status.stdout and not status.stderr, status.stderr
+    assert snapshot(site) == before and os.path.islink(manifest)
+    assert (victim.read_text() == PRECIOUS) if not dangling else not os.path.lexists(victim)
+
+
+def test_a_symlinked_pin_lock_in_a_cloned_repository_is_refused_in_one_line(tmp_path):
+    """`ln -s ../elsewhere/pin.lock pin.lock` in a commit: the pins must be the repository's own file, not whatever
+    the link reaches (read with fsio's no-follow reader, as every other file patchkit reads)."""
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (repo / "pin.lock").rename(elsewhere / "pin.lock")
+    os.symlink(os.path.relpath(elsewhere / "pin.lock", repo), repo / "pin.lock")
+    pins = (elsewhere / "pin.lock").read_bytes()
+    before = snapshot(site)
+    for cmd in ("status", "apply"):
+        proc = cli(repo, cmd, "--target", str(site), env=env)
+        assert one_line_error(proc) and "pin.lock" in proc.stderr and "found a symlink" in proc.stderr, (cmd, proc.stderr)
+    assert snapshot(site) == before and (elsewhere / "pin.lock").read_bytes() == pins
