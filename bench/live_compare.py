@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import bench_e2e
 from bench import logprob_compare as lc
 from bench import server_pool
 from bench.command import command_line
@@ -174,16 +175,6 @@ def report(out_dir: Path, batches: list[int]) -> int:
 
 # -- command line ---------------------------------------------------------------------------------
 
-def int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, found {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, found {text!r}")
-    return values
-
-
 def variant_list(text: str) -> list[str]:
     names = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [n for n in names if n not in VARIANTS]
@@ -197,7 +188,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--bundle", type=Path, help="offline bundle dir or installed SITE_ROOT (required to run)")
     ap.add_argument("--out", type=Path, help="results dir (required)")
     ap.add_argument("--variants", type=variant_list, default=list(VARIANTS))
-    ap.add_argument("--batch", type=int_list, default=[1, 16])
+    ap.add_argument("--batch", type=bench_e2e.int_list, default=[1, 16])
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--start-timeout", type=float, default=420.0, help="seconds for every server to be healthy")
     ap.add_argument("--report", type=Path, metavar="DIR", help="print the tables from DIR's JSON files and stop")

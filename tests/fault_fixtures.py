@@ -190,3 +190,21 @@ def pip_env(tmp: Path, conf: str | None = None, **variables: str) -> dict:
         (tmp / "pip.conf").write_text(conf)
         env["PIP_CONFIG_FILE"] = str(tmp / "pip.conf")
     return {**env, **variables}
+
+
+def start_paused(repo, env, tmp_path, *args, point: str):
+    """Start `apply.py ARGS` in the background and return once it is paused at `point` (holding its lock)."""
+    flag = tmp_path / "release"
+    env = {**env, "PATCHKIT_TEST_FAULT": point, "PATCHKIT_TEST_PAUSE": str(flag)}
+    proc = cli(repo, *args, env=env, background=True)
+    if not wait_for(str(flag) + ".waiting", 60):
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{args} never reached the pause point {point}: rc {proc.returncode}\n{out}\n{err}")
+    return proc, flag
+
+
+def finish_paused(proc, flag):
+    flag.touch()
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err

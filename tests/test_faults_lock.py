@@ -10,37 +10,20 @@ import subprocess
 import sys
 
 from tests.engine_fixtures import snapshot
-from tests.fault_fixtures import cli, data_snapshot, demo_repo, demo_target, one_line_error, wait_for
-
-
-def _paused(repo, env, tmp_path, *args, point: str):
-    """Start `apply.py ARGS` in the background and return once it is paused at `point` (holding its lock)."""
-    flag = tmp_path / "release"
-    env = {**env, "PATCHKIT_TEST_FAULT": point, "PATCHKIT_TEST_PAUSE": str(flag)}
-    proc = cli(repo, *args, env=env, background=True)
-    if not wait_for(str(flag) + ".waiting", 60):
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"{args} never reached the pause point {point}: rc {proc.returncode}\n{out}\n{err}")
-    return proc, flag
-
-
-def _finish(proc, flag):
-    flag.touch()
-    out, err = proc.communicate(timeout=120)
-    return proc.returncode, out, err
+from tests.fault_fixtures import (cli, data_snapshot, demo_repo, demo_target, finish_paused, one_line_error,
+                                  start_paused)
 
 
 def test_second_writer_on_a_target_is_refused_while_the_first_is_writing(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
     site = demo_target(tmp_path / "t")
-    first, flag = _paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
+    first, flag = start_paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
     try:
         for cmd in ("revert", "apply"):
             proc = cli(repo, cmd, "--target", str(site), env=env)
             assert one_line_error(proc) and "locked by pid" in proc.stderr and str(first.pid) in proc.stderr, proc.stderr
     finally:
-        rc, out, err = _finish(first, flag)
+        rc, out, err = finish_paused(first, flag)
     assert rc == 0, err
     proc = cli(repo, "status", "--target", str(site), env=env)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith(": applied"), proc.stdout
@@ -53,7 +36,7 @@ def test_second_writer_waits_for_the_first_then_finds_nothing_to_do(tmp_path):
 
     repo, env = demo_repo(tmp_path / "r")
     site = demo_target(tmp_path / "t")
-    first, flag = _paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
+    first, flag = start_paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
     log = tmp_path / "second.err"
     with open(log, "w") as err_fh:
         second = subprocess.Popen([sys.executable, str(repo / "apply.py"), "apply", "--target", str(site)],
@@ -65,7 +48,7 @@ def test_second_writer_waits_for_the_first_then_finds_nothing_to_do(tmp_path):
             time.sleep(0.05)
         assert "waiting for pid" in log.read_text() and second.poll() is None, log.read_text()
     finally:
-        rc, _, err = _finish(first, flag)
+        rc, _, err = finish_paused(first, flag)
     out2 = second.communicate(timeout=120)[0]
     assert rc == 0, err
     assert second.returncode == 0 and "nothing to do" in out2, (out2, log.read_text())
@@ -99,13 +82,13 @@ def test_two_rebases_never_interleave_and_abort_waits_for_the_running_one(tmp_pa
     `export` (which rewrites patches/) waits for the same lock."""
     repo, env = demo
     assert cli(repo, "worktree", "demo", env=env).returncode == 0
-    first, flag = _paused(repo, env, tmp_path, "rebase", "--to", "1.1", point="replay:pause:1")
+    first, flag = start_paused(repo, env, tmp_path, "rebase", "--to", "1.1", point="replay:pause:1")
     try:
         for args in (["rebase", "--to", "1.1"], ["rebase", "--abort"], ["rebase", "--continue"], ["export", "demo"]):
             proc = cli(repo, *args, env=env)
             assert one_line_error(proc) and "rebase state" in proc.stderr and "locked by pid" in proc.stderr, (args, proc.stderr)
     finally:
-        rc, out, err = _finish(first, flag)
+        rc, out, err = finish_paused(first, flag)
     assert rc == 0, err + out
     assert (repo / "overlay" / "demo" / "extra.py").is_file()
     after = data_snapshot(repo)

@@ -15,25 +15,8 @@ import shutil
 import pytest
 
 from tests.engine_fixtures import snapshot
-from tests.fault_fixtures import (PACKAGE, RELEASES, cli, demo_repo, demo_target, make_wheel, one_line_error,
-                                  wait_for, wheel_name)
-
-
-def _paused(repo, env, tmp_path, *args, point: str):
-    flag = tmp_path / "release"
-    proc = cli(repo, *args, env={**env, "PATCHKIT_TEST_FAULT": point, "PATCHKIT_TEST_PAUSE": str(flag)},
-               background=True)
-    if not wait_for(str(flag) + ".waiting", 60):
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"{args} never reached the pause point {point}: rc {proc.returncode}\n{out}\n{err}")
-    return proc, flag
-
-
-def _finish(proc, flag):
-    flag.touch()
-    out, err = proc.communicate(timeout=120)
-    return proc.returncode, out, err
+from tests.fault_fixtures import (PACKAGE, RELEASES, cli, demo_repo, demo_target, finish_paused, make_wheel,
+                                  one_line_error, start_paused, wheel_name)
 
 
 def test_class6_cached_wheel_swapped_after_its_check_is_never_unpacked(tmp_path):
@@ -41,11 +24,11 @@ def test_class6_cached_wheel_swapped_after_its_check_is_never_unpacked(tmp_path)
     cached = tmp_path / "r" / "cache" / "artifacts" / wheel_name("1.0")
     evil_files = {**RELEASES["1.0"], "demo/util.py": "import os  # swapped in after the check\n"}
     evil = make_wheel(tmp_path / "evil", "1.0", evil_files)
-    proc, flag = _paused(repo, env, tmp_path, "apply", point="fetched:pause:0")
+    proc, flag = start_paused(repo, env, tmp_path, "apply", point="fetched:pause:0")
     try:
         os.replace(evil, cached)                   # the swap lands between the check and the unpack
     finally:
-        rc, out, err = _finish(proc, flag)
+        rc, out, err = finish_paused(proc, flag)
     assert rc == 0, err
     util = repo / "build" / "site" / PACKAGE / "util.py"
     assert b"swapped in" not in util.read_bytes()
@@ -88,14 +71,14 @@ def test_class6_an_edit_inside_the_write_window_is_never_overwritten(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
     site = demo_target(tmp_path / "t")
     pristine = snapshot(site)
-    proc, flag = _paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
+    proc, flag = start_paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
     try:
         journal = json.loads((site / ".patchkit-journal.json").read_text())
         victim = site / journal["files"][1]["path"]
         edited = (victim.read_bytes() if victim.exists() else b"") + b"# the user's edit\n"
         victim.write_bytes(edited)
     finally:
-        rc, out, err = _finish(proc, flag)
+        rc, out, err = finish_paused(proc, flag)
     assert rc == 1 and "Traceback" not in err and journal["files"][1]["path"] in err and "changed while this run was working" in err, err
     assert victim.read_bytes() == edited                          # the edit is kept
     rel = victim.relative_to(site).as_posix()
