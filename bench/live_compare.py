@@ -190,6 +190,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--variants", type=variant_list, default=list(VARIANTS))
     ap.add_argument("--batch", type=bench_e2e.int_list, default=[1, 16])
     ap.add_argument("--output-len", type=int, default=256)
+    ap.add_argument("--eager", action="store_true",
+                    help="no CUDA graphs (the same kernels, eagerly; for a box where graph capture does not finish)")
     ap.add_argument("--start-timeout", type=float, default=420.0, help="seconds for every server to be healthy")
     ap.add_argument("--report", type=Path, metavar="DIR", help="print the tables from DIR's JSON files and stop")
     return ap.parse_args(argv)
@@ -214,12 +216,12 @@ def main(argv=None) -> int:
             return rc
     args.out.mkdir(parents=True, exist_ok=True)
     say(f"command: {command_line()}")
+    # graphs only for the batch sizes decoded: each captured size compiles its own kernels on a cold box
+    graphs = (["--disable-cuda-graph"] if args.eager else
+              ["--cuda-graph-max-bs-decode", str(max(args.batch)),
+               "--cuda-graph-bs-decode", *map(str, sorted(set(args.batch)))])
     variants = [server_pool.Variant(v, VARIANTS[v][0], {**DUMMY, **VARIANTS[v][1]},
-                                    # graphs only for the batch sizes decoded: each captured size compiles
-                                    # its own kernels on a cold box
-                                    extra_args=["--cuda-graph-max-bs-decode", str(max(args.batch)),
-                                                "--cuda-graph-bs-decode", *map(str, sorted(set(args.batch))),
-                                                "--max-total-tokens", str(KV_TOKENS), "--random-seed", "0"])
+                                    extra_args=[*graphs, "--max-total-tokens", str(KV_TOKENS), "--random-seed", "0"])
                 for v in args.variants]
     servers = server_pool.build(variants, site, sys.executable, args.out)
     with server_pool.sigterm_as_exit():

@@ -84,7 +84,22 @@ def wait_all(servers: list[Server], timeout: float, say) -> None:
             say(f"[{s.variant.name}] healthy {s.startup_s:.1f} s after the start of the wait")
         except smoke.SmokeFailure as exc:
             s.error = str(exc)
+            dump_stacks(s)
             say(f"[{s.variant.name}] FAIL: {exc}\n---- last lines of {s.log_path} ----\n{smoke.log_tail(s.log_path)}")
+
+
+def dump_stacks(server: Server, settle: float = 3.0) -> None:
+    """Ask every process of a server that did not come up for its Python stacks (serving/boxhooks registers
+    SIGUSR2 with faulthandler), so its log says where it was stuck; then give them a moment to write."""
+    import os
+
+    if server.proc is None or server.proc.poll() is not None:
+        return
+    try:
+        os.killpg(server.proc.pid, signal.SIGUSR2)
+    except (ProcessLookupError, PermissionError):
+        return
+    time.sleep(settle)
 
 
 def stop_all(servers: list[Server], say) -> None:

@@ -6,9 +6,11 @@ serving/emulate_sm120.py by path (the repository is not on the server's sys.path
 its import hooks: OVERLAY_EMULATE_SM120=1, and hc_split_sinkhorn where tilelang is missing.
 Then it runs the sitecustomize that this file shadows, if the interpreter has one.
 """
+import faulthandler
 import importlib.machinery
 import importlib.util
 import os
+import signal
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,6 +30,10 @@ except Exception as _exc:   # a broken hook must show in the log, not pass silen
     print(f"[overlay-boxhooks] ERROR: hooks not installed: {type(_exc).__name__}: {_exc} (pid {os.getpid()})",
           file=sys.stderr, flush=True)
     raise
+
+# A server that hangs (e.g. in a CUDA-graph capture) can be asked where: SIGUSR2 writes every thread's Python
+# stack to stderr, i.e. the server log (bench/server_pool.py does so before it kills a server that timed out).
+faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 # Chain to the sitecustomize this one shadows (e.g. a distribution's), as if ours were absent.
 _others = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
