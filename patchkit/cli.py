@@ -68,17 +68,18 @@ def print_version(engine) -> int:
 def cmd_check(engine, args) -> int:
     """One line (--line), else every line of pin.lock and the overlay copies rule between them."""
     lines = [engine.lock.line] if args.line else list(engine.lock.lines)
-    rows, failed = [], False
+    failed = False
     for line in lines:
         findings = check_repository(engine if line == engine.lock.line else engine.for_line(line))
-        rows += [[line, f.upstream, f.item, f.verdict, f.detail] for f in findings]
+        rows = [[f.upstream, f.item, f.verdict, f.detail] for f in findings]
+        print(f"line {line}:")
+        print(table(rows, ["upstream", "patch", "check", "detail"]))
         failed |= any(f.errors for f in findings)
     if not args.line:
         copies = copies_problems(engine.repo, lines)
-        rows += [["all", "copies", COPIES, "FAIL" if copies else "ok",
-                  "; ".join(copies) or "same-name overlay files of the lines agree"]]
+        print(f"lines {', '.join(lines)}: {COPIES}: " + ("FAIL: " + "; ".join(copies) if copies else
+                                                          "ok (same-name overlay files agree or say why not)"))
         failed |= bool(copies)
-    print(table(rows, ["line", "upstream", "patch", "check", "detail"]))
     return 1 if failed else 0
 
 

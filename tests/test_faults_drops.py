@@ -34,11 +34,11 @@ def test_class4_pin_lock_root_that_matches_nothing_in_its_wheel_is_an_error(tmp_
     text = lock.read_text()
     lock.write_text(text + "\n" + text.replace("[upstream.demo]", "[upstream.second]")
                     .replace('root = "demo"', f'root = "{root}"'))
-    (repo / "patches" / "second").mkdir()
-    patch = sorted((repo / "patches" / PACKAGE).glob("0002-*.patch"))[0]
-    shutil.move(patch, repo / "patches" / "second" / patch.name)
-    (repo / "patches" / "second" / "series").write_text(patch.name + "\n")
-    series = repo / "patches" / PACKAGE / "series"
+    (repo / "patches" / "1.0" / "second").mkdir()
+    patch = sorted((repo / "patches" / "1.0" / PACKAGE).glob("0002-*.patch"))[0]
+    shutil.move(patch, repo / "patches" / "1.0" / "second" / patch.name)
+    (repo / "patches" / "1.0" / "second" / "series").write_text(patch.name + "\n")
+    series = repo / "patches" / "1.0" / PACKAGE / "series"
     series.write_text(series.read_text().replace(patch.name + "\n", ""))
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
@@ -47,7 +47,7 @@ def test_class4_pin_lock_root_that_matches_nothing_in_its_wheel_is_an_error(tmp_
         assert one_line_error(proc) and "[upstream.second] root" in proc.stderr and "found no file under" in proc.stderr, (
             args, proc.stdout, proc.stderr)
     assert snapshot(site) == before
-    assert not (repo / "build" / "site").exists() or not any((repo / "build" / "site").iterdir())
+    assert not (repo / "build" / "site-1.0").exists() or not any((repo / "build" / "site-1.0").iterdir())
 
 
 @pytest.mark.parametrize("name", ["new file.py", "caf\u00e9.py", 'quote".py'])
@@ -86,8 +86,8 @@ def test_class4_name_with_a_newline_is_refused_by_export_and_check(tmp_path):
     assert one_line_error(proc) and "without control characters" in proc.stderr and "two\\nlines.py" in proc.stderr, proc.stderr
     assert data_snapshot(repo) == before
     out = git(wt, *FORMAT_PATCH_ARGS, "-o", str(tmp_path / "out"), "HEAD~1..HEAD").stdout.split()
-    (repo / "patches" / PACKAGE / "0003-nl.patch").write_bytes(Path(out[0]).read_bytes())
-    with open(repo / "patches" / PACKAGE / "series", "a") as fh:
+    (repo / "patches" / "1.0" / PACKAGE / "0003-nl.patch").write_bytes(Path(out[0]).read_bytes())
+    with open(repo / "patches" / "1.0" / PACKAGE / "series", "a") as fh:
         fh.write("0003-nl.patch\n")
     proc = cli(repo, "check", env=env)
     assert one_line_error(proc) and "control characters" in proc.stderr, proc.stderr

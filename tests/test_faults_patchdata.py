@@ -56,8 +56,8 @@ def test_class3_patch_file_that_creates_a_symlink_is_refused_by_check_status_and
     _commit(wt, "demo: a link")
     out = git(wt, *FORMAT_PATCH_ARGS, "-o", str(tmp_path / "out"), "HEAD~1..HEAD").stdout.split()
     name = "0003-demo-a-link.patch"
-    shutil.copy2(out[0], repo / "patches" / PACKAGE / name)
-    with open(repo / "patches" / PACKAGE / "series", "a") as fh:
+    shutil.copy2(out[0], repo / "patches" / "1.0" / PACKAGE / name)
+    with open(repo / "patches" / "1.0" / PACKAGE / "series", "a") as fh:
         fh.write(name + "\n")
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
@@ -71,9 +71,9 @@ def test_class3_patch_file_that_creates_a_symlink_is_refused_by_check_status_and
 def test_class3_overlay_file_that_is_a_symlink_is_refused(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
     secret = tmp_path / "secret.py"
-    secret.write_text((repo / "overlay" / EXTRA).read_text() + "# " + SECRET)
-    (repo / "overlay" / EXTRA).unlink()
-    os.symlink(secret, repo / "overlay" / EXTRA)
+    secret.write_text((repo / "overlay" / "1.0" / EXTRA).read_text() + "# " + SECRET)
+    (repo / "overlay" / "1.0" / EXTRA).unlink()
+    os.symlink(secret, repo / "overlay" / "1.0" / EXTRA)
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
     for args in _commands(site):
@@ -84,8 +84,8 @@ def test_class3_overlay_file_that_is_a_symlink_is_refused(tmp_path):
 
 def test_class3_symlinked_overlay_directory_is_refused(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
-    shutil.move(repo / "overlay", tmp_path / "elsewhere")
-    os.symlink(tmp_path / "elsewhere", repo / "overlay")
+    shutil.move(repo / "overlay" / "1.0", tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", repo / "overlay" / "1.0")
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
     for args in _commands(site):

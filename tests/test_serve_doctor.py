@@ -135,10 +135,10 @@ def test_overlay_state_of_the_real_trees(pristine_root, patched_root, tmp_path):
     import shutil
     stale = tmp_path / "stale"
     shutil.copytree(patched_root / "sglang", stale / "sglang")
-    victim = next(p for p in (REPO / "overlay").rglob("*.py"))
-    (stale / victim.relative_to(REPO / "overlay")).write_text("# an older overlay\n")
+    victim = next(p for p in (REPO / "overlay" / "0.5.14").rglob("*.py"))
+    (stale / victim.relative_to(REPO / "overlay" / "0.5.14")).write_text("# an older overlay\n")
     assert doctor.overlay_state(stale) == "outdated"
-    victim_path = stale / victim.relative_to(REPO / "overlay")
+    victim_path = stale / victim.relative_to(REPO / "overlay" / "0.5.14")
     victim_path.unlink()
     assert doctor.overlay_state(stale) == "partial"
 
