@@ -77,7 +77,7 @@ class Engine:
             up = self.lock.upstream(name)
             pristine = Pristine(*fetch_open(up, log=log))
             if not pristine.files_under(up.root):   # a typo'd root would make every command skip the series
-                raise PatchkitError(f"{self.lock.path}: [upstream.{name}] root: expected a directory of {up.artifact}, "
+                raise PatchkitError(f"{self.lock.path}: [{self.lock.where}.upstream.{name}] root: expected a directory of {up.artifact}, "
                                     f"found no file under {up.root!r} in it (its top-level names: "
                                     f"{', '.join(pristine.top_level()[:6])}); nothing written")
             self._pristine[name] = pristine

@@ -47,11 +47,17 @@ def line_of(test_path: Path) -> str:
     conftests = {Path(getattr(m, "__file__", "") or "").resolve(): m for m in list(sys.modules.values())
                  if (getattr(m, "__file__", "") or "").endswith("conftest.py")}
     for d in Path(test_path).resolve().parents:
-        mod = conftests.get(d / "conftest.py")
-        if mod is not None and hasattr(mod, "PATCH_LINE"):
-            return mod.PATCH_LINE
         if d == REPO:
             break
+        mod = conftests.get(d / "conftest.py")
+        if mod is None and (d / "conftest.py").is_file():     # not collected in this run: read it all the same
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(f"_conftest_of_{d.name}", d / "conftest.py")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        if mod is not None and hasattr(mod, "PATCH_LINE"):
+            return mod.PATCH_LINE
     return PATCH_LINE
 
 

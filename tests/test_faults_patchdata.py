@@ -33,7 +33,7 @@ def test_class3_export_refuses_a_commit_that_creates_a_symlink(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     os.symlink(secret, wt / PACKAGE / "leak.py")
     _commit(wt, "demo: a link")
     before = data_snapshot(repo)
@@ -51,7 +51,7 @@ def test_class3_patch_file_that_creates_a_symlink_is_refused_by_check_status_and
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     os.symlink(secret, wt / PACKAGE / "leak.py")
     _commit(wt, "demo: a link")
     out = git(wt, *FORMAT_PATCH_ARGS, "-o", str(tmp_path / "out"), "HEAD~1..HEAD").stdout.split()

@@ -175,14 +175,15 @@ def test_bookkeeping_file_that_is_a_directory_is_a_one_line_error(tmp_path, name
 
 
 @pytest.mark.parametrize("edit,says", [
-    (lambda t: t.replace("[upstream.demo]", "[upstreams.demo]"), "unknown table [upstreams]"),
+    (lambda t: t.replace('[line."1.0".upstream.demo]', '[line."1.0".upstreams.demo]'), 'unknown table [line."1.0".upstreams]'),
     (lambda t: t + '\n[upstram.other]\nroot = "x"\n', "unknown table [upstram]"),
+    (lambda t: t.replace('[line."1.0".upstream.demo]', '[upstream.demo]'), "unknown table [upstream]"),
     (lambda t: t.replace('root = "demo"', 'rot = "demo"'), "unknown key 'rot'"),
     (lambda t: t.replace('version = "1.0"', "version = 1.0"), "version: expected a string, found a number"),
     (lambda t: t.replace('root = "demo"', "root = 5"), "root: expected a string, found an integer"),
     (lambda t: t.replace('root = "demo"', 'root = "../demo"'), "root"),
     (lambda t: t.replace('artifact = "', 'artifact = "../../'), "artifact"),
-    (lambda t: t + "\n[runtime]\ntorch = [2]\n", "torch: expected a string"),
+    (lambda t: t + '\n[line."1.0".runtime]\ntorch = [2]\n', "torch: expected a string"),
     # the package index left pin.lock for pip's own configuration (#15)
     (lambda t: t + '\n[index]\nurl = "x"\n', "no [index] table, found one: remove it; the package index is pip's"),
 ])
