@@ -112,7 +112,7 @@ def overlay_repo(tmp_path_factory) -> Path:
 
 def all_patches(repo: Path):
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    for name, up in lock["upstream"].items():
+    for name, up in lock["line"]["0.5.14"]["upstream"].items():
         series = load_series(name, repo / "patches" / "0.5.14", repo / "overlay" / "0.5.14", up["root"])
         for p in series.patches:
             yield name, up, p

@@ -1,6 +1,6 @@
 """Issue 28, classes 1 and 2: nothing patchkit keeps for itself follows a link out of the tree.
 
-Class 1: the lock files (`TARGET/.patchkit-lock`, `build/site-0.5.14/.patchkit-lock`, `build/.patchkit-repo-lock`)
+Class 1: the lock files (`TARGET/.patchkit-lock`, `build/site-1.0/.patchkit-lock`, `build/.patchkit-repo-lock`)
 were opened with O_CREAT and truncated: a symlink there (even one committed to a repository) overwrote any
 file the user could write. Class 2: temp and bookkeeping names with a dangling link were written through,
 and stale-temp cleanup skipped dangling links. Each is now refused with one line naming the path, or (a
@@ -42,14 +42,14 @@ def test_class1_symlink_at_the_target_lock_is_refused_and_its_file_untouched(tmp
 
 
 def test_class1_tracked_symlink_at_build_site_lock_never_overwrites_the_file_next_to_the_checkout(tmp_path):
-    """`ln -s ../../../victim.txt build/site-0.5.14/.patchkit-lock` in a commit; the victim clones and runs apply."""
+    """`ln -s ../../../victim.txt build/site-1.0/.patchkit-lock` in a commit; the victim clones and runs apply."""
     repo, env = demo_repo(tmp_path / "r")
     victim = tmp_path / "r" / "victim.txt"            # next to the checkout (repo = tmp/r/repo)
     victim.write_text(PRECIOUS)
     (repo / "build" / "site-1.0").mkdir(parents=True)
     os.symlink("../../../victim.txt", repo / "build" / "site-1.0" / ".patchkit-lock")
     proc = cli(repo, "apply", env=env)
-    assert one_line_error(proc) and "build/site-0.5.14/.patchkit-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
+    assert one_line_error(proc) and "build/site-1.0/.patchkit-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
     assert victim.read_text() == PRECIOUS
     assert not (repo / "build" / "site-1.0" / PACKAGE).exists()
 

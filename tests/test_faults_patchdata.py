@@ -98,7 +98,7 @@ def test_class3_fifo_in_the_patch_data_is_refused_not_read(tmp_path):
     """A FIFO under overlay/ or patches/ would block a reader, or be skipped without a word."""
     for where in ("overlay", "patches"):
         repo, env = demo_repo(tmp_path / where / "r")
-        fifo = repo / where / PACKAGE / "x.fifo"
+        fifo = repo / where / "1.0" / PACKAGE / "x.fifo"
         os.mkfifo(fifo)
         proc = cli(repo, "check", env=env)
         assert one_line_error(proc) and "x.fifo" in proc.stderr and "found a FIFO" in proc.stderr, (where, proc.stderr)

@@ -40,7 +40,7 @@ def test_killed_unpack_of_the_real_wheel_is_never_taken_for_a_tree(tmp_path):
     repo = copy_repo_data(tmp_path / "repo")
     lock = load_lock(repo / "pin.lock")
     first = next(iter(lock.upstreams.values()))
-    site = repo / "build" / "site-1.0"
+    site = repo / "build" / f"site-{lock.line}"
     killed = cli(repo, "apply", env={"PATCHKIT_TEST_FAULT": "unpack:kill:1500"})
     assert killed.returncode == 137, killed.stderr
     assert not (site / first.root).exists(), "a half-unpacked package root must never appear"

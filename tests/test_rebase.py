@@ -42,7 +42,7 @@ def data_snapshot(repo: Path) -> dict[str, str]:
 
 def series_patches(repo: Path):
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    for name, up in lock["upstream"].items():
+    for name, up in lock["line"]["0.5.14"]["upstream"].items():
         for p in load_series(name, repo / "patches" / "0.5.14", repo / "overlay" / "0.5.14", up["root"]).patches:
             yield name, p
 
@@ -180,10 +180,10 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
 
     # pin.lock: only version, artifact, sha256 and tag changed, to what the index publishes
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    assert lock["upstream"]["sglang"]["version"] == "0.5.17"
-    assert lock["upstream"]["sglang"]["artifact"] == NEW_SGLANG_WHEEL
-    assert lock["upstream"]["sglang"]["sha256"] == NEW_SGLANG_SHA256
-    assert lock["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
+    assert lock["line"]["0.5.14"]["upstream"]["sglang"]["version"] == "0.5.17"
+    assert lock["line"]["0.5.14"]["upstream"]["sglang"]["artifact"] == NEW_SGLANG_WHEEL
+    assert lock["line"]["0.5.14"]["upstream"]["sglang"]["sha256"] == NEW_SGLANG_SHA256
+    assert lock["line"]["0.5.14"]["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
     changed = [(a, b) for a, b in zip(original_lock.splitlines(), (repo / "pin.lock").read_text().splitlines()) if a != b]
     assert {a.split("=")[0].strip() for a, _ in changed} <= {"version", "artifact", "sha256", "tag"}
 
@@ -295,7 +295,7 @@ def test_a_patch_on_a_moved_module_is_refreshed_at_the_new_path_with_its_overlay
     assert not (repo / "overlay" / "0.5.14" / helper).exists()
     assert ("Reached-If", f"{new} ~ _tiled_sparse_decode_kernel") in refreshed.trailers
     # flashinfer was not named: it follows what sglang 0.5.17 requires (issue 23)
-    assert tomllib.loads((repo / "pin.lock").read_text())["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
+    assert tomllib.loads((repo / "pin.lock").read_text())["line"]["0.5.14"]["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
     engine = Engine.from_repo(repo)
     up = engine.lock.upstream("sglang")
     assert roundtrip_differences(engine.series("sglang"), engine.pristine("sglang"), up.root, "sglang 0.5.17") == []
