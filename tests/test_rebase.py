@@ -225,7 +225,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
         engine.pristine(name).unpack(site, root=up.root)
     state = engine.apply(site, log=lambda *a: None)
     assert state.summary == APPLIED
-    release(repo, "0.1.0")      # a rebased series is a new release line: it gets its own version
+    release(repo, "0.1.1")      # a rebased series (without --new-line) is a new version of its line
     check = cli(repo, "check")
     assert check.returncode == 0, check.stdout + check.stderr
 
