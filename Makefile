@@ -5,18 +5,22 @@ VPY    := $(VENV)/bin/python
 TARGET ?=
 # quoted: a TARGET with spaces is one argument (a single quote in it is escaped for the shell)
 TARGET_ARG := $(if $(TARGET),--target '$(subst ','\'',$(TARGET))',)
+# LINE=NAME: the release line (pin.lock [line."NAME"]); empty: the newest (check: every line)
+LINE ?=
+LINE_ARG := $(if $(LINE),--line $(LINE),)
 
 .PHONY: apply status revert check test test-gpu carry bench clean help rebase rebase-continue rebase-abort pr
 
 help:
-	@echo "make apply      apply the patch set to the pinned release (build/site, or TARGET=dir)"
-	@echo "make status     per-patch state of build/site (or TARGET=dir)"
+	@echo "LINE=NAME       any target below on that release line of pin.lock (default: the newest; check: all)"
+	@echo "make apply      apply the patch set to the pinned release (build/site-LINE, or TARGET=dir)"
+	@echo "make status     per-patch state of build/site-LINE (or TARGET=dir)"
 	@echo "make revert     restore the pristine release files"
 	@echo "make check      every patch applies exactly and round-trips; upstream's isort/ruff/codespell on what the set adds ($(LINT_VENV))"
 	@echo "make test       create $(VENV) and run the CPU test suite"
 	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
 	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
-	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]   carry the series to a new release"
+	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1] [NEW_LINE=1]   carry the LINE's series to a new release (NEW_LINE: as a new line)"
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
 	@echo "make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]   one patch (SERIES=1: its stack) as branches + PR bodies on an upstream checkout"
 	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps (pip's own configuration), patched; then doctor"
@@ -30,13 +34,13 @@ help:
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
 apply:
-	$(PYTHON) apply.py apply $(TARGET_ARG)
+	$(PYTHON) apply.py apply $(LINE_ARG) $(TARGET_ARG)
 
 status:
-	$(PYTHON) apply.py status $(TARGET_ARG)
+	$(PYTHON) apply.py status $(LINE_ARG) $(TARGET_ARG)
 
 revert:
-	$(PYTHON) apply.py revert $(TARGET_ARG)
+	$(PYTHON) apply.py revert $(LINE_ARG) $(TARGET_ARG)
 
 # The lint gate (lint/gate.py): upstream's formatters and linters, at the versions lint/settings.toml documents,
 # on the overlay files and the lines the patches add. Its own venv: the pinned tools from pip's configuration.
@@ -47,7 +51,7 @@ $(LINT_VENV)/.installed: requirements-lint.txt
 	touch $@
 
 check: $(LINT_VENV)/.installed
-	$(PYTHON) apply.py check
+	$(PYTHON) apply.py check $(LINE_ARG)
 	$(PYTHON) -m lint.gate --tools $(LINT_VENV)/bin
 
 $(VENV)/.installed: requirements-test.txt
@@ -56,8 +60,10 @@ $(VENV)/.installed: requirements-test.txt
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
+# LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)
+TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
 test: $(VENV)/.installed
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q $(TEST_DIR)
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
@@ -73,22 +79,23 @@ bench:
 	@set -e; for m in $(BENCH_MODULES); do echo "== $$m"; $(PYTHON) -m $$m; done
 
 carry:
-	$(PYTHON) apply.py fetch --into .carry/artifacts
+	$(PYTHON) apply.py fetch $(LINE_ARG) --into .carry/artifacts
 
 # Rebase and upstream PRs (docs/rebase.md). Only pin.lock names upstreams; FLASHINFER is --to flashinfer=VERSION.
 rebase:
-	@test -n "$(TO)" || { echo "usage: make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1]"; exit 2; }
-	$(PYTHON) apply.py rebase --to $(TO) $(if $(FLASHINFER),--to flashinfer=$(FLASHINFER),) $(if $(DRY_RUN),--dry-run,)
+	@test -n "$(TO)" || { echo "usage: make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1] [LINE=NAME] [NEW_LINE=1]"; exit 2; }
+	$(PYTHON) apply.py rebase $(LINE_ARG) --to $(TO) $(if $(FLASHINFER),--to flashinfer=$(FLASHINFER),) $(if $(DRY_RUN),--dry-run,) \
+		$(if $(NEW_LINE),--new-line,)
 
 rebase-continue:
-	$(PYTHON) apply.py rebase --continue
+	$(PYTHON) apply.py rebase $(LINE_ARG) --continue
 
 rebase-abort:
-	$(PYTHON) apply.py rebase --abort
+	$(PYTHON) apply.py rebase $(LINE_ARG) --abort
 
 pr:
 	@test -n "$(PATCH)" -a -n "$(REPO)" || { echo "usage: make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]"; exit 2; }
-	$(PYTHON) apply.py export-pr $(PATCH) --repo $(REPO) $(if $(BASE),--base $(BASE),) $(if $(SERIES),--series,) \
+	$(PYTHON) apply.py export-pr $(LINE_ARG) $(PATCH) --repo $(REPO) $(if $(BASE),--base $(BASE),) $(if $(SERIES),--series,) \
 		$(if $(FORCE),--force,) $(if $(BRANCH),--branch $(BRANCH),)
 
 clean:
@@ -116,12 +123,12 @@ SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --h
              $(if $(BUNDLE),--bundle $(BUNDLE)) --tree $(TREE) $(if $(EAGER),--eager) $(if $(GRAPH_MAX_BS),--graph-max-bs $(GRAPH_MAX_BS)) \
              $(if $(SGLANG_ARGS),--sglang-args '$(SGLANG_ARGS)')
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
-SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor --gate --venv $(SGLANG_VENV) --tree $(TREE))
+SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor $(LINE_ARG) --gate --venv $(SGLANG_VENV) --tree $(TREE))
 
 .PHONY: install serve smoke test-serve bench-e2e
 
 install:
-	$(PYTHON) -m serving.install --venv $(SGLANG_VENV)
+	$(PYTHON) -m serving.install --venv $(SGLANG_VENV) $(LINE_ARG)
 
 # Both stop at once, with doctor's one-line reason, where no usable GPU/environment is found.
 serve:
@@ -141,7 +148,7 @@ bench-e2e:
 	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
-	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV)
+	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
 	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py tests/test_emulate_sm120.py tests/test_bench_e2e_args.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
@@ -156,7 +163,7 @@ JIT_CACHE  ?= $(wildcard build/jit-cache build/jit-cache-$(JIT_ARCH))
 .PHONY: bundle prebuild-jit
 
 bundle:
-	$(PYTHON) -m serving.bundle build --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
+	$(PYTHON) -m serving.bundle build $(LINE_ARG) --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
 
 prebuild-jit: $(VENV)/.installed
 	$(PYTHON) -m serving.bundle prebuild-jit --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)

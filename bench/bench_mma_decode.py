@@ -33,7 +33,7 @@ from harness.upstream import load_module
 
 REPO = Path(__file__).resolve().parents[1]
 
-OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
 ROTATE = 8
 BYTES_PER_TOKEN = 584

@@ -65,23 +65,25 @@ def added_lines(pristine: str, final: str) -> set[int]:
 
 def sources(repo: Path) -> list[Source]:
     """Every .py file the series of each upstream writes (patched or overlay), from the pinned wheels, and
-    the .py files kept under patches/<upstream>/."""
+    the .py files kept under patches/<line>/<upstream>/, on every release line."""
     from patchkit.engine import Engine
 
     repo = Path(repo).resolve()
-    engine = Engine.from_repo(repo)
+    newest = Engine.from_repo(repo)
     found = []
-    for name in engine.lock.upstreams:
-        for path, fc in sorted(engine.chain(name).files.items()):
-            if not path.endswith(".py") or fc.final is None:
-                continue
-            final = fc.final.decode()
-            if fc.pristine is None:
-                found.append(Source(name, path, final, None, engine.overlay_root / path))
-            elif lines := added_lines(fc.pristine.decode(), final):
-                found.append(Source(name, path, final, lines))
-        for f in sorted((engine.patches_root / name).rglob("*.py")):
-            found.append(Source(name, str(f.relative_to(repo)), f.read_text(), None, f))
+    for line in newest.lock.lines:          # every release line, each on its own pinned wheels
+        engine = newest.for_line(line)
+        for name in engine.lock.upstreams:
+            for path, fc in sorted(engine.chain(name).files.items()):
+                if not path.endswith(".py") or fc.final is None:
+                    continue
+                final = fc.final.decode()
+                if fc.pristine is None:
+                    found.append(Source(name, path, final, None, engine.overlay_root / path))
+                elif lines := added_lines(fc.pristine.decode(), final):
+                    found.append(Source(name, path, final, lines))
+            for f in sorted((engine.patches_root / name).rglob("*.py")):
+                found.append(Source(name, str(f.relative_to(repo)), f.read_text(), None, f))
     return found
 
 

@@ -68,3 +68,12 @@ def describe(target: Path, ident: PatchSetId | None = None) -> str:
     if data["series_digest"] == ident.digest:
         return said + " (this patch set)"
     return said + f" (NOT this patch set: {ident.label}; apply refreshes it)"
+
+
+def carried_line(target: Path) -> str:
+    """Which line the target's manifest names, in words for status."""
+    try:
+        data = read(target)
+    except PatchkitError:
+        return "an unreadable attestation"
+    return "no attested line" if data is None else f"line {data['line']}"

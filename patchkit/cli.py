@@ -14,6 +14,7 @@ from pathlib import Path
 from . import PatchkitError, UsageError, attestation, patchset
 from .check import check_repository
 from .engine import Engine
+from .lines import COPIES, copies_problems
 from .patchfile import parse_patch
 from .bookkeeping import RepoFiles
 from .pr import export as export_pr
@@ -49,6 +50,7 @@ def cmd_status(engine, args) -> int:
     state = engine.status(target)
     ident = engine.patch_set()
     print(f"patch set: {ident.label}")          # first: the summary stays the last line
+    print(f"line: {engine.lock.line}; the target carries {attestation.carried_line(target)}")
     print(attestation.describe(target, ident))
     print(format_state(state))
     return 0 if state.summary in (APPLIED, PRISTINE) else 1
@@ -64,10 +66,21 @@ def print_version(engine) -> int:
 
 
 def cmd_check(engine, args) -> int:
-    findings = check_repository(engine)
-    rows = [[f.upstream, f.item, f.verdict, f.detail] for f in findings]
-    print(table(rows, ["upstream", "patch", "check", "detail"]) if rows else "no patches in any series")
-    return 1 if any(f.errors for f in findings) else 0
+    """One line (--line), else every line of pin.lock and the overlay copies rule between them."""
+    lines = [engine.lock.line] if args.line else list(engine.lock.lines)
+    failed = False
+    for line in lines:
+        findings = check_repository(engine if line == engine.lock.line else engine.for_line(line))
+        rows = [[f.upstream, f.item, f.verdict, f.detail] for f in findings]
+        print(f"line {line}:")
+        print(table(rows, ["upstream", "patch", "check", "detail"]))
+        failed |= any(f.errors for f in findings)
+    if not args.line:
+        copies = copies_problems(engine.repo, lines)
+        print(f"lines {', '.join(lines)}: {COPIES}: " + ("FAIL: " + "; ".join(copies) if copies else
+                                                          "ok (same-name overlay files agree or say why not)"))
+        failed |= bool(copies)
+    return 1 if failed else 0
 
 
 def cmd_fetch(engine, args) -> int:
@@ -82,7 +95,7 @@ def cmd_fetch(engine, args) -> int:
 
 def cmd_worktree(engine, args) -> int:
     up = engine.lock.upstream(args.upstream)
-    dest = Path(args.dir) if args.dir else engine.build_root / "work" / args.upstream
+    dest = Path(args.dir) if args.dir else engine.build_root / "work" / engine.lock.line / args.upstream
     series = engine.series(args.upstream)
     build_worktree(dest, series, engine.pristine(args.upstream, print), up.root, up.label)
     print(f"{dest}: pristine {up.label} (tag 'pristine') + {len(series.patches)} patch commit(s).")
@@ -91,7 +104,7 @@ def cmd_worktree(engine, args) -> int:
 
 
 def cmd_export(engine, args) -> int:
-    src = Path(args.dir) if args.dir else engine.build_root / "work" / args.upstream
+    src = Path(args.dir) if args.dir else engine.build_root / "work" / engine.lock.line / args.upstream
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
     with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \
@@ -109,6 +122,8 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Apply, check and revert the patch set on a pinned upstream.")
     parser.add_argument("--version", action="store_true",
                         help="print the patch set's release line, version and series digest, then exit")
+    parser.add_argument("--line", metavar="NAME", dest="global_line",
+                        help="the release line for --version (or put --line after the command)")
     parser.add_argument("--repo", metavar="DIR", dest="data_repo", help="the repository holding pin.lock, patches/ and overlay/ "
                         "(default: the checkout this runs from, else the series an installed package ships)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -116,7 +131,7 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     def add(name, func, help_text, target=True, dry=False):
         p = sub.add_parser(name, help=help_text, description=help_text)
         if target:
-            p.add_argument("--target", metavar="DIR", help="directory holding the upstream packages (an unpacked wheel or site-packages); default: build/site")
+            p.add_argument("--target", metavar="DIR", help="directory holding the upstream packages (an unpacked wheel or site-packages); default: build/site-LINE")
         if dry:
             p.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
         p.set_defaults(func=func)
@@ -129,26 +144,30 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     p = add("fetch", cmd_fetch, "download and verify the pinned artifacts into the cache", target=False)
     p.add_argument("--into", metavar="DIR", help="also copy them to DIR (for a machine without internet: PATCHKIT_CACHE=PARENT with DIR=PARENT/artifacts)")
     p = add("worktree", cmd_worktree, "make a git repo with the pristine release and the series as commits, to edit patches", target=False)
-    p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/UPSTREAM")
+    p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/LINE/UPSTREAM")
     p = add("export", cmd_export, "regenerate patches/UPSTREAM from a worktree's commits", target=False)
-    p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/UPSTREAM")
+    p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/LINE/UPSTREAM")
     rebase.add_parser(sub)
     export_pr.add_parser(sub)
     for extension in extensions:
         extension(sub)
+    for p in sub.choices.values():      # every command works on one release line
+        p.add_argument("--line", metavar="NAME", help="the release line (pin.lock [line.\"NAME\"]); default: the newest"
+                       + ("; check: every line and the copies rule" if p is sub.choices.get("check") else ""))
     return parser
 
 
 def _engine(args, repo: Path | None, shipped: Path | None) -> Engine:
     """--repo DIR, else the checkout the caller found, else the data an installed package ships (read-only)."""
+    line = getattr(args, "line", None) or args.global_line
     if args.data_repo:     # (export-pr's own --repo, after the command, is the upstream checkout)
         if not (Path(args.data_repo) / "pin.lock").is_file():
             raise UsageError(f"--repo {args.data_repo}: expected a directory holding pin.lock, found none")
-        return Engine.from_repo(Path(args.data_repo))
+        return Engine.from_repo(Path(args.data_repo), line=line)
     if repo is not None:
-        return Engine.from_repo(repo)
+        return Engine.from_repo(repo, line=line)
     if shipped is not None:
-        return Engine.from_repo(shipped, read_only=True)
+        return Engine.from_repo(shipped, read_only=True, line=line)
     raise PatchkitError(f"expected a checkout (pin.lock in {Path.cwd()} or a parent) or --repo DIR, found neither")
 
 

@@ -1,7 +1,8 @@
 """The engine: apply / status / revert / check a series set on a target directory.
 
-Everything project-specific comes from the repository it is pointed at: pin.lock (which upstreams,
-which artifacts) and patches/<upstream>/ + overlay/ (what to change).
+Everything project-specific comes from the repository it is pointed at and the release line chosen:
+pin.lock's [line."LINE"] tables (which upstreams, which artifacts) and patches/LINE/<upstream>/ +
+overlay/LINE/ (what to change); the default target is build/site-LINE.
 """
 from __future__ import annotations
 
@@ -43,10 +44,18 @@ class Engine:
         self._pristine: dict[str, Pristine] = {}
 
     @classmethod
-    def from_repo(cls, repo: Path, read_only: bool = False) -> "Engine":
-        """`read_only`: the data an installed package ships: read, never written, and no build/ beside it."""
+    def from_repo(cls, repo: Path, read_only: bool = False, line: str | None = None) -> "Engine":
+        """`line`: the release line (None: the newest pin.lock names). `read_only`: the data an installed package
+        ships: read, never written, and no build/ beside it."""
         repo = Path(repo)
-        return cls(load_lock(repo / "pin.lock"), repo / "patches", repo / "overlay", None if read_only else repo / "build")
+        lock = load_lock(repo / "pin.lock", line)
+        return cls(lock, repo / "patches" / lock.line, repo / "overlay" / lock.line,
+                   None if read_only else repo / "build")
+
+    def for_line(self, line: str) -> "Engine":
+        """The same repository's engine on another release line."""
+        lock = load_lock(self.lock.path, line)
+        return Engine(lock, self.patches_root.parent / line, self.overlay_root.parent / line, self._build_root)
 
     @property
     def build_root(self) -> Path:
@@ -68,7 +77,7 @@ class Engine:
             up = self.lock.upstream(name)
             pristine = Pristine(*fetch_open(up, log=log))
             if not pristine.files_under(up.root):   # a typo'd root would make every command skip the series
-                raise PatchkitError(f"{self.lock.path}: [upstream.{name}] root: expected a directory of {up.artifact}, "
+                raise PatchkitError(f"{self.lock.path}: [{self.lock.where}.upstream.{name}] root: expected a directory of {up.artifact}, "
                                     f"found no file under {up.root!r} in it (its top-level names: "
                                     f"{', '.join(pristine.top_level()[:6])}); nothing written")
             self._pristine[name] = pristine
@@ -152,7 +161,8 @@ class Engine:
         for u in present:
             up = self.lock.upstream(u.name)
             if not u.version_ok:
-                raise PatchkitError(f"target {target}: expected {up.label}, found {u.found_version}; nothing written")
+                raise PatchkitError(f"target {target}: expected {up.label}, found {u.found_version}"
+                                    f"{self._other_line_hint(u.name, u.found_version)}; nothing written")
             if u.modified:
                 f = u.modified[0]
                 fc = self.chain(u.name).files.get(f.path)
@@ -163,6 +173,27 @@ class Engine:
                     f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.label}) "
                     f"or a patched state, found {(f.digest or 'absent')[:16]}; nothing written"
                 )
+
+    def _other_line_hint(self, name: str, found: str | None) -> str:
+        """' (the release of line X: pass --line X)' where another line of pin.lock pins the version found."""
+        version = (found or "").split(" ")[1:2]
+        for other in self.lock.lines:
+            if other != self.lock.line and version:
+                up = load_lock(self.lock.path, other).upstreams.get(name)
+                if up is not None and up.version == version[0]:
+                    return f" (the release of line {other}: pass --line {other})"
+        return ""
+
+    def _refuse_other_line(self, target: Target, op: str) -> None:
+        """A tree whose attestation names another line carries that line's set: only that line may touch it."""
+        try:
+            data = attestation.read(target.path)
+        except PatchkitError:
+            return          # a malformed manifest is status's to report; the hashes still guard every write
+        if data is not None and data["line"] != self.lock.line:
+            raise PatchkitError(f"target {target.path}: expected line {self.lock.line}, found line {data['line']}'s "
+                                f"patch set on {', '.join(data['applied_to']) or 'it'}: {op} it with --line "
+                                f"{data['line']}; nothing written")
 
     # -- operations -----------------------------------------------------------------------------
     def _changes(self, state: TargetState, target: Target, to_final: bool) -> list[Change]:
@@ -188,6 +219,7 @@ class Engine:
         guard = target.files.lock(op) if not dry_run and target.writable() else nullcontext()
         with guard:
             before = self._inspect(target, log)
+            self._refuse_other_line(target, op)
             self._refuse_if_unusable(before, target.path)
             changes = self._changes(before, target, to_final)
             if not dry_run and (changes or target.writable()):
@@ -257,7 +289,7 @@ class Engine:
     # -- the embedded default target ------------------------------------------------------------
     @property
     def default_target(self) -> Path:
-        return self.build_root / "site"
+        return self.build_root / f"site-{self.lock.line}"
 
     def prepare_default_target(self, log=print) -> Path:
         """build/site with every pinned upstream unpacked (each all or nothing: see Pristine.unpack)."""

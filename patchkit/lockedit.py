@@ -1,4 +1,5 @@
-"""Rewrite values inside pin.lock's [upstream.NAME] and [runtime] tables in place, keeping comments and layout."""
+"""Rewrite pin.lock in place, keeping comments and layout: values inside one line's [line."LINE".upstream.NAME] and
+[line."LINE".runtime] tables, or a copy of a line's tables under a new line name."""
 from __future__ import annotations
 
 import json
@@ -10,14 +11,19 @@ _TABLE_RE = re.compile(r"^\s*\[([^\]]+)\]\s*(#.*)?$")
 _KEY_RE = re.compile(r'^(\s*)([A-Za-z0-9_-]+)(\s*=\s*)("(?:[^"\\]|\\.)*")(.*)$')
 
 
-def update_lock_text(text: str, updates: dict[str, dict[str, str]], runtime: dict[str, str] | None = None) -> str:
-    """updates: upstream name -> {key: new string value}; runtime: [runtime] key -> new value. Every key must
-    already be in its table."""
+def _prefix(line: str) -> str:
+    return f'line."{line}".'
+
+
+def update_lock_text(text: str, updates: dict[str, dict[str, str]], runtime: dict[str, str] | None = None, *,
+                     line: str) -> str:
+    """updates: upstream name -> {key: new string value}; runtime: [runtime] key -> new value, all in the tables of
+    release line `line`. Every key must already be in its table."""
     lines = text.splitlines(keepends=True)
     table = None
-    pending = {f"upstream.{name}": dict(values) for name, values in updates.items()}
+    pending = {f"{_prefix(line)}upstream.{name}": dict(values) for name, values in updates.items()}
     if runtime:
-        pending["runtime"] = dict(runtime)
+        pending[f"{_prefix(line)}runtime"] = dict(runtime)
     for i, line in enumerate(lines):
         m = _TABLE_RE.match(line.rstrip("\n"))
         if m:
@@ -43,3 +49,21 @@ def update_lock_text(text: str, updates: dict[str, dict[str, str]], runtime: dic
     if missing:
         raise PatchkitError(f"pin.lock: expected keys to rewrite, found none for {', '.join(missing)}")
     return "".join(lines)
+
+
+def copy_line_text(text: str, old: str, new: str) -> str:
+    """pin.lock with every [line."OLD"...] table (its keys and comments) appended again as [line."NEW"...]."""
+    blocks, keep = [], False
+    for raw in text.splitlines(keepends=True):
+        m = _TABLE_RE.match(raw.rstrip("\n"))
+        if m:
+            keep = m.group(1).strip().startswith(_prefix(old))
+            if keep:
+                blocks.append("[" + _prefix(new) + m.group(1).strip()[len(_prefix(old)):] + "]\n")
+                continue
+        if keep:
+            blocks.append(raw)
+    if not blocks:
+        raise PatchkitError(f'pin.lock: expected [line."{old}"...] tables to copy, found none')
+    body = "".join(blocks).rstrip("\n") + "\n"
+    return text.rstrip("\n") + f"\n\n# The {new} line, started from the {old} line by rebase --new-line.\n" + body

@@ -1,4 +1,13 @@
-"""Read pin.lock: which upstream artifacts the series is written against."""
+"""Read pin.lock: the release lines, and per line which upstream artifacts its series is written against.
+
+pin.lock holds one or more release lines, each named by its key:
+
+    [line."0.5.14".upstream.sglang]   package, version, artifact, sha256, root, repo, repo_prefix, tag
+    [line."0.5.14".runtime]           python, torch, triton
+    [line."0.5.14".patchset]          version = "0.1.0"
+
+`load_lock(path, line)` reads one line (the newest by version when `line` is None) as a `Lock`.
+"""
 from __future__ import annotations
 
 import os
@@ -20,7 +29,7 @@ except ModuleNotFoundError:  # Python 3.10
 _REQUIRED = ("package", "version", "artifact", "sha256", "root")
 # The schema: every table and key pin.lock may hold; anything else (a misspelt table drops an upstream's
 # patches without a word) is an error.
-_TABLES = ("upstream", "runtime", "patchset")
+_TABLES = ("upstream", "runtime", "patchset")   # the tables of one [line."NAME"]
 _LINE_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]*")
 
 
@@ -44,23 +53,26 @@ class Upstream:
 
 @dataclass(frozen=True)
 class Lock:
+    """One release line of pin.lock."""
     path: Path
     upstreams: dict[str, Upstream]
     runtime: dict[str, str] = field(default_factory=dict)
-    # [patchset."LINE"] version = "...": the patch set's own version per release line (patchset.py)
+    # [line."LINE".patchset] version = "...": the patch set's own version, per line (patchset.py)
     patchsets: dict[str, str] = field(default_factory=dict)
+    line: str = ""                  # this lock's line: its key in pin.lock
+    lines: tuple[str, ...] = ()     # every line pin.lock names, oldest first
 
     @property
-    def line(self) -> str:
-        """The release line this lock pins: the version of its first [upstream.NAME] table."""
-        return next(iter(self.upstreams.values())).version
+    def where(self) -> str:
+        """How messages name this line's tables: 'line."0.5.14"'."""
+        return f'line."{self.line}"'
 
     def upstream(self, name: str) -> Upstream:
         try:
             return self.upstreams[name]
         except KeyError:
             raise PatchkitError(
-                f"{self.path}: no [upstream.{name}] entry (known: {', '.join(self.upstreams) or 'none'})"
+                f"{self.path}: no [{self.where}.upstream.{name}] entry (known: {', '.join(self.upstreams) or 'none'})"
             ) from None
 
 
@@ -80,8 +92,8 @@ def _strings(path: Path, where: str, table, allowed: tuple[str, ...] | None) -> 
     return dict(table)
 
 
-def _upstream(path: Path, name: str, entry) -> Upstream:
-    where = f"upstream.{name}"
+def _upstream(path: Path, line: str, name: str, entry) -> Upstream:
+    where = f'line."{line}".upstream.{name}'
     safe_name(name, f"{path}: [{where}]")
     known = tuple(k for k in Upstream.__dataclass_fields__ if k != "name")
     entry = _strings(path, where, entry, known)
@@ -95,8 +107,12 @@ def _upstream(path: Path, name: str, entry) -> Upstream:
     return Upstream(name=name, **entry)
 
 
-def load_lock(path: Path) -> Lock:
-    path = Path(path)
+def version_key(text: str) -> tuple:
+    """Sort key of a version: numeric parts as numbers ('0.5.9' < '0.5.14'), anything else after them."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.+-]", text))
+
+
+def _read_toml(path: Path) -> dict:
     # No link followed: a pin.lock committed as a symlink would pin whatever file the link reaches.
     if fsio.kind_of(path) == "a symlink":
         raise PatchkitError(f"{path}: expected the pin file (a regular file), found a symlink (to {os.readlink(path)}); "
@@ -112,33 +128,63 @@ def load_lock(path: Path) -> Lock:
         raise PatchkitError(f"{path}: expected no [index] table, found one: remove it; the package index is pip's "
                             "configuration now (pip.conf index-url / find-links, PIP_INDEX_URL, PIP_FIND_LINKS)")
     for table in data:
+        if table != "line":
+            raise PatchkitError(f"{path}: unknown table [{table}] (expected [line.\"NAME\".upstream.UPSTREAM], "
+                                "[line.\"NAME\".runtime] or [line.\"NAME\".patchset])")
+    lines = data.get("line", {})
+    if not isinstance(lines, dict) or not lines:
+        raise PatchkitError(f"{path}: expected at least one [line.\"NAME\"...] table, found none")
+    for name in lines:
+        if not _LINE_RE.fullmatch(name):
+            raise PatchkitError(f"{path}: [line.{name!r}]: expected a release line such as \"1.2.3\", found {name!r}")
+    return lines
+
+
+def lock_lines(path: Path) -> list[str]:
+    """The release lines pin.lock names, oldest first (by version)."""
+    return sorted(_read_toml(Path(path)), key=version_key)
+
+
+def load_lock(path: Path, line: str | None = None) -> Lock:
+    """One release line of pin.lock: `line`, or the newest when None; an unknown line is a one-line error."""
+    path = Path(path)
+    tables = _read_toml(path)
+    names = tuple(sorted(tables, key=version_key))
+    if line is None:
+        line = names[-1]
+    if line not in tables:
+        raise PatchkitError(f"{path}: expected a release line of {', '.join(names)}, found --line {line!r}")
+    data = tables[line]
+    if not isinstance(data, dict):
+        raise PatchkitError(f'{path}: expected [line."{line}"] to be a table, found {_type(data)}')
+    for table in data:
         if table not in _TABLES:
-            raise PatchkitError(f"{path}: unknown table [{table}] (expected [upstream.NAME], [runtime] or [patchset.LINE])")
-    tables = data.get("upstream", {})
-    if not isinstance(tables, dict):
-        raise PatchkitError(f"{path}: expected [upstream.NAME] tables, found upstream = {_type(tables)}")
-    upstreams = {name: _upstream(path, name, entry) for name, entry in tables.items()}
+            raise PatchkitError(f'{path}: unknown table [line."{line}".{table}] (expected upstream.NAME, runtime or patchset)')
+    ups = data.get("upstream", {})
+    if not isinstance(ups, dict):
+        raise PatchkitError(f'{path}: expected [line."{line}".upstream.NAME] tables, found upstream = {_type(ups)}')
+    upstreams = {name: _upstream(path, line, name, entry) for name, entry in ups.items()}
     if not upstreams:
-        raise PatchkitError(f"{path}: expected at least one [upstream.NAME] table, found none")
+        raise PatchkitError(f'{path}: expected at least one [line."{line}".upstream.NAME] table, found none')
+    patchsets = {}
+    for other in names:
+        entry = tables[other].get("patchset") if isinstance(tables[other], dict) else None
+        if entry is not None:
+            patchsets[other] = _patchset_version(path, other, entry)
     return Lock(
         path=path,
         upstreams=upstreams,
-        runtime=_strings(path, "runtime", data.get("runtime", {}), None),
-        patchsets=_patchsets(path, data.get("patchset", {})),
+        runtime=_strings(path, f'line."{line}".runtime', data.get("runtime", {}), None),
+        patchsets=patchsets,
+        line=line,
+        lines=names,
     )
 
 
-def _patchsets(path: Path, tables) -> dict[str, str]:
-    """[patchset."LINE"] tables: line -> the patch set's version on that line."""
-    if not isinstance(tables, dict):
-        raise PatchkitError(f"{path}: expected [patchset.\"LINE\"] tables, found patchset = {_type(tables)}")
-    out = {}
-    for line, entry in tables.items():
-        if not _LINE_RE.fullmatch(line):
-            raise PatchkitError(f"{path}: [patchset.{line!r}]: expected a release line such as \"1.2.3\", found {line!r}")
-        entry = _strings(path, f'patchset."{line}"', entry, ("version",))
-        if not _LINE_RE.fullmatch(entry.get("version", "")):
-            raise PatchkitError(f'{path}: [patchset."{line}"] version: expected a version such as "0.1.0", '
-                                f"found {entry.get('version', 'none')!r}")
-        out[line] = entry["version"]
-    return out
+def _patchset_version(path: Path, line: str, entry) -> str:
+    """[line."LINE".patchset] version: the patch set's version on that line."""
+    entry = _strings(path, f'line."{line}".patchset', entry, ("version",))
+    if not _LINE_RE.fullmatch(entry.get("version", "")):
+        raise PatchkitError(f'{path}: [line."{line}".patchset] version: expected a version such as "0.1.0", '
+                            f"found {entry.get('version', 'none')!r}")
+    return entry["version"]

@@ -1,7 +1,7 @@
 """The patch set's own version, one per release line, and the digest that ties a version to its bytes.
 
-A release line is the upstream release a series is written for (`Lock.line`: the version of pin.lock's first
-[upstream.NAME]). pin.lock's `[patchset."LINE"] version = "..."` names the patch set's version on that line;
+A release line is the upstream release a series is written for (`Lock.line`: its key in pin.lock's
+[line."LINE"...] tables). pin.lock's `[line."LINE".patchset] version = "..."` names the patch set's version on it;
 CHANGELOG.md holds one entry per version, each recording the series digest of that version:
 
     ## 0.5.14 line
@@ -41,15 +41,16 @@ class PatchSetId:
 
 def files(engine) -> list[tuple[str, str]]:
     """(path, sha256) of every series listing, patch (in series order) and claimed overlay file; paths are
-    named as in a repository (patches/NAME/..., overlay/...) wherever the engine reads them from."""
-    out = []
+    named as in a repository (patches/LINE/NAME/..., overlay/LINE/...) wherever the engine reads them from."""
+    out, line = [], engine.lock.line
     for name in engine.lock.upstreams:
         series = engine.series(name)
         listing = series.directory / "series"
         if listing.is_file():
-            out.append((f"patches/{name}/series", sha256_file(listing)))
-        out += [(f"patches/{name}/{p.name}", sha256_file(p.path)) for p in series.patches]
-        out += [(f"overlay/{rel}", sha256_file(series.overlay_root / rel)) for rel in sorted(series.overlay_owner)]
+            out.append((f"patches/{line}/{name}/series", sha256_file(listing)))
+        out += [(f"patches/{line}/{name}/{p.name}", sha256_file(p.path)) for p in series.patches]
+        out += [(f"overlay/{line}/{rel}", sha256_file(series.overlay_root / rel))
+                for rel in sorted(series.overlay_owner)]
     return out
 
 
@@ -83,11 +84,11 @@ def problems(engine, ident: PatchSetId | None = None) -> list[str]:
     and CHANGELOG.md has exactly one entry for it, recording the digest the series has now."""
     ident = ident or identify(engine)
     lock_name = Path(engine.lock.path).name
-    bump = (f"bump [patchset.\"{ident.line}\"] version in {lock_name} and add a CHANGELOG.md entry "
+    bump = (f"bump [line.\"{ident.line}\".patchset] version in {lock_name} and add a CHANGELOG.md entry "
             f"'### VERSION' under '## {ident.line} line' with 'Series-Digest: {ident.digest}'")
     if ident.version is None:
-        return [f"{lock_name}: expected a [patchset.\"{ident.line}\"] version for release line {ident.line}, "
-                f"found none ({'lines: ' + ', '.join(engine.lock.patchsets) if engine.lock.patchsets else 'no [patchset] table'})"]
+        return [f"{lock_name}: expected a [line.\"{ident.line}\".patchset] version for release line {ident.line}, "
+                f"found none ({'versioned lines: ' + ', '.join(engine.lock.patchsets) if engine.lock.patchsets else 'no patchset table'})"]
     path = engine.repo / CHANGELOG
     if not path.is_file():
         return [f"{path}: expected a changelog with an entry for {ident.line} {ident.version}, found no file"]

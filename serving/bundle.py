@@ -133,10 +133,10 @@ def pip_download(requirements: Path, dest: Path, python_version: str) -> None:
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 
-def pinned_artifacts(log=say) -> list[tuple[Path, str]]:
+def pinned_artifacts(log=say, line: str | None = None) -> list[tuple[Path, str]]:
     """[(verified wheel path, why)] — the same files `make apply` fetches and checks (patchkit's fetch)."""
     from patchkit.engine import Engine
-    engine = Engine.from_repo(REPO)
+    engine = Engine.from_repo(REPO, line=line)
     out = []
     for name, up in engine.lock.upstreams.items():
         wheel = engine.pristine(name, log).wheel
@@ -182,7 +182,7 @@ def jit_cache_members(caches, gpu_cc: int | None = None, log=say) -> list[Path]:
 
 def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Path, str]], *, gpu_cc: int,
              python_version: str = TARGET_PYTHON, jit_cache=None, limit_mib: float = LIMIT_MIB,
-             stubs: Path = STUBS) -> dict:
+             stubs: Path = STUBS, line: str | None = None) -> dict:
     """Write the bundle directory `out` (replacing it only on success) and return its manifest.
 
     `wheels` are the closure as downloaded; names in SLIMMED are slimmed, the rest re-packed stored.
@@ -230,12 +230,12 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
         write_payload(payload, staged / PAYLOAD)
         files.append(entry(staged / PAYLOAD, PAYLOAD, "one xz stream of everything under 'payload' (wheels stored "
                            "inside compress about twice as well as their own deflate)"))
-        lock = load_lock(REPO / "pin.lock")
+        lock = load_lock(REPO / "pin.lock", line)
         manifest = {
             "format": FORMAT,
             "built_by": "python3 -m serving.bundle build",
             "target": {"python": python_version, "implementation": "cp", "platform": "manylinux x86_64",
-                       "gpu_compute_capability": gpu_cc, **{k: lock.runtime[k] for k in ("torch", "triton")
+                       "gpu_compute_capability": gpu_cc, "line": lock.line, **{k: lock.runtime[k] for k in ("torch", "triton")
                                                              if k in lock.runtime}},
             "limit_mib": limit_mib,
             "note": ("artifacts/ are the pinned releases apply.py verifies; the slimmed sglang-kernel and the "
@@ -255,18 +255,18 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
 
 
 def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
-          downloads: Path = DOWNLOADS) -> int:
+          downloads: Path = DOWNLOADS, line: str | None = None) -> int:
     reqs = read_requirements()
     if jit_cache:
         jit_cache_members(jit_cache, gpu_cc, log=lambda *_: None)   # a wrong --jit-cache fails before any download
-    artifacts = pinned_artifacts()
+    artifacts = pinned_artifacts(line=line)
     wheels_dir = downloads / f"cp{python_version.replace('.', '')}"
     wheels_dir.mkdir(parents=True, exist_ok=True)
     pip_download(REQUIREMENTS, wheels_dir, python_version)
     wheels = [(find_wheel(wheels_dir, name, version), why) for name, version, why in reqs]
     out.parent.mkdir(parents=True, exist_ok=True)
     manifest = assemble(out, artifacts, wheels, gpu_cc=gpu_cc, python_version=python_version, jit_cache=jit_cache,
-                        limit_mib=limit_mib)
+                        limit_mib=limit_mib, line=line)
     total, items = size_report(out, manifest, limit_mib)
     say(f"{out}: {total / MIB:.1f} MiB (limit {limit_mib:g} MiB), {len(manifest['files'])} files, "
         f"{len(manifest['payload'])} payload members; biggest items:")
@@ -304,19 +304,20 @@ def _have_module(name: str, besides: Path) -> bool:
     return spec is not None and not str(spec.origin or "").startswith(str(besides) + os.sep)
 
 
-def make_trees(bundle: Path, trees: Path) -> None:
+def make_trees(bundle: Path, trees: Path, line: str | None = None) -> None:
     """trees/pinned: the pinned wheels unpacked; trees/patched: a copy with `apply.py apply --target` run on it."""
     from patchkit.engine import Engine
     pinned, patched = trees / "pinned", trees / "patched"
     pinned.mkdir(parents=True)
     with _patchkit_cache(bundle):
-        engine = Engine.from_repo(REPO)
+        engine = Engine.from_repo(REPO, line=line)
         for name, up in engine.lock.upstreams.items():
             engine.pristine(name).unpack(pinned, root=up.root)
     shutil.copytree(pinned, patched)
     env = {**os.environ, "PATCHKIT_CACHE": str(bundle)}
     say("applying the patch set to trees/patched (apply.py apply --target, artifacts from the bundle)")
-    done = subprocess.run([sys.executable, str(REPO / "apply.py"), "apply", "--target", str(patched)], env=env,
+    done = subprocess.run([sys.executable, str(REPO / "apply.py"), "apply", "--line", engine.lock.line,
+                           "--target", str(patched)], env=env,
                           capture_output=True, text=True)
     if done.returncode:
         raise BundleError(f"apply.py apply --target {patched}: expected success, found exit {done.returncode}: "
@@ -351,7 +352,7 @@ def install(bundle: Path, site_root: Path) -> int:
                 say(f"stand-in for {name} not installed: this machine has {name}")
                 continue
             (shutil.copytree if top.is_dir() else shutil.copy2)(top, new / "stubs" / top.name)
-        make_trees(bundle, new / "trees")
+        make_trees(bundle, new / "trees", manifest["target"].get("line"))   # the line it was built for
         for part in ("common", "stubs", "trees"):      # swap in only now: a failed install left SITE_ROOT as it was
             if (site_root / part).exists():
                 shutil.rmtree(site_root / part)
@@ -385,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="compute capability of the GPU machine: 90 keeps sgl_kernel's sm90 ops (H100/H200), any other "
                         "value its sm100 ops (what sgl_kernel loads on sm_100 / sm_120); default 90")
     b.add_argument("--limit-mib", type=float, default=LIMIT_MIB)
+    b.add_argument("--line", help="the release line to bundle (pin.lock; default: the newest)")
     b.add_argument("--python-version", default=TARGET_PYTHON,
                    help=f"the GPU machine's Python (major.minor); default {TARGET_PYTHON}")
     i = sub.add_parser("install", help="install a bundle on the GPU machine (offline)")
@@ -399,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib, args.python_version)
+            return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib, args.python_version,
+                         line=args.line)
         if args.command == "install":
             return install(args.bundle, args.into)
         if args.command == "env":

@@ -214,9 +214,9 @@ def verdict(facts: Facts, pins: dict[str, str], venv: Path, want_tree: str = "pa
     return problems
 
 
-def overlay_state(tree_dir: Path, overlay: Path = REPO / "overlay") -> str:
+def overlay_state(tree_dir: Path, overlay: Path) -> str:
     """Patch state of an installed bundle tree without the pinned wheels (the offline box has none):
-    'applied' when every overlay file of this checkout is there byte for byte, 'pristine' when none
+    'applied' when every overlay file of this checkout's line (overlay/LINE) is there byte for byte, 'pristine' when none
     is, 'outdated' when all are there but some differ (installed from another checkout), else 'partial'."""
     files = [f for f in sorted(overlay.rglob("*")) if f.is_file() and "__pycache__" not in f.parts]
     present = [f for f in files if (tree_dir / f.relative_to(overlay)).is_file()]
@@ -226,6 +226,16 @@ def overlay_state(tree_dir: Path, overlay: Path = REPO / "overlay") -> str:
         return "partial"
     same = all((tree_dir / f.relative_to(overlay)).read_bytes() == f.read_bytes() for f in files)
     return "applied" if same else "outdated"
+
+
+def _runtime_line(versions: dict) -> str | None:
+    """The line whose [runtime] is this machine's torch/triton (None: none is, and the newest line's pins are
+    what the verdict then names as missing)."""
+    from patchkit.lines import line_for_runtime
+    try:
+        return line_for_runtime(REPO / "pin.lock", versions.get("torch"), versions.get("triton"))
+    except PatchkitError:
+        return None
 
 
 def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.environ) -> int:
@@ -260,9 +270,10 @@ def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.
         facts.gpus = [Gpu(g["name"], tuple(g["cc"])) for g in env.get("gpus", [])]
     facts.driver, facts.driver_cuda = nvidia_smi()
     facts.nvcc = find_nvcc()
-    facts.patch_state = overlay_state(Path(entries[0]))
+    lock = load_lock(REPO / "pin.lock", _runtime_line(facts.versions))   # the line this machine's runtime runs
+    facts.patch_state = overlay_state(Path(entries[0]), REPO / "overlay" / lock.line)
     # sglang/flashinfer come from the bundle's pinned wheels (its manifest); the machine brings torch/triton.
-    pins = {k: v for k, v in pinned_versions(load_lock(REPO / "pin.lock")).items() if k in ("torch", "triton")}
+    pins = {k: v for k, v in pinned_versions(lock).items() if k in ("torch", "triton")}
     problems = verdict(facts, pins, Path(python), want_tree=tree, environ=environ)
     for p in problems:   # the fix for a bundle tree is a reinstall, not make install
         if p.text.startswith("patches are "):
@@ -321,6 +332,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_doctor(args: argparse.Namespace, engine=None) -> int:
     from patchkit.lockfile import load_lock
 
+    if engine is None and getattr(args, "line", None):
+        from patchkit.engine import Engine
+        engine = Engine.from_repo(REPO, line=args.line)
     facts = gather(args.venv, args.target, engine)
     pins = pinned_versions(engine.lock if engine is not None else load_lock(REPO / "pin.lock"))
     problems = verdict(facts, pins, args.venv, want_tree=getattr(args, "tree", "patched"))
@@ -348,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     printable_streams()   # a terminal that cannot encode a character gets it escaped
     parser = argparse.ArgumentParser(prog="python -m serving.doctor", description=__doc__.split("\n")[0])
     add_arguments(parser)
+    parser.add_argument("--line", help="the release line of pin.lock (default: the newest)")
     return run_doctor(parser.parse_args(argv))
 
 

@@ -64,8 +64,9 @@ def write_stamp(venv: Path, key: str) -> None:
     (venv / ".installed").write_text(key + "\n")
 
 
-def install_serving(venv: Path) -> int:
-    lock = load_lock(REPO / "pin.lock")
+def install_serving(venv: Path, line: str | None = None) -> int:
+    lock = load_lock(REPO / "pin.lock", line)
+    say(f"release line {lock.line}")
     reqs = serving_requirements(lock)
     key = sha256_bytes("\n".join(reqs).encode())
     python = ensure_venv(venv)
@@ -81,7 +82,7 @@ def install_serving(venv: Path) -> int:
     from patchkit.engine import Engine
     from patchkit.report import format_state
     try:
-        state = Engine.from_repo(REPO).apply(site)
+        state = Engine.from_repo(REPO, line=lock.line).apply(site)
         if state.before is not None:
             print(format_state(state))
     except PatchkitError as exc:
@@ -89,7 +90,7 @@ def install_serving(venv: Path) -> int:
         return 1
     say("checking the machine (python apply.py doctor):")
     from . import doctor
-    rc = doctor.run_doctor(argparse.Namespace(venv=venv, target=site, gate=False))
+    rc = doctor.run_doctor(argparse.Namespace(venv=venv, target=site, gate=False, line=lock.line))
     if rc:
         say(f"installed and patched in {venv}; serving is not possible on this machine yet (see the verdict above)")
     else:
@@ -97,11 +98,11 @@ def install_serving(venv: Path) -> int:
     return 0   # the install itself succeeded; doctor's verdict is about the machine
 
 
-def install_cpu_tests(venv: Path) -> int:
+def install_cpu_tests(venv: Path, line: str | None = None) -> int:
     """The pinned sglang wheel (sha256-verified) without its CUDA-only dependencies."""
     from patchkit.fetch import fetch
 
-    lock = load_lock(REPO / "pin.lock")
+    lock = load_lock(REPO / "pin.lock", line)
     wheel = fetch(lock.upstream("sglang"), log=say)
     key = sha256_bytes(CPU_TEST_REQUIREMENTS.read_bytes() + wheel.name.encode())
     python = ensure_venv(venv)
@@ -119,11 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.install", description=__doc__.split("\n")[0])
     parser.add_argument("--venv", type=Path, default=REPO / ".venv-sglang")
     parser.add_argument("--cpu-test-venv", type=Path, help="build the CPU test environment here instead")
+    parser.add_argument("--line", help="the release line of pin.lock (default: the newest)")
     args = parser.parse_args(argv)
     try:
         if args.cpu_test_venv:
-            return install_cpu_tests(args.cpu_test_venv)
-        return install_serving(args.venv)
+            return install_cpu_tests(args.cpu_test_venv, args.line)
+        return install_serving(args.venv, args.line)
     except subprocess.CalledProcessError as exc:
         say(f"error: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}")
         return 1

@@ -21,6 +21,7 @@ if not _nvidia_gpu_present():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,32 +32,71 @@ from patchkit.lockfile import load_lock  # noqa: E402
 from patchkit.fetch import fetch  # noqa: E402
 from patchkit.pristine import Pristine  # noqa: E402
 
-LOCK = load_lock(REPO / "pin.lock")
+# The release line the tests below tests/ run against; a sub-package's conftest.py (tests/line_X/) sets its own.
+PATCH_LINE = "0.5.14"
+LOCK = load_lock(REPO / "pin.lock", PATCH_LINE)
 
 
-def pristine_wheel(name: str) -> Pristine:
-    up = LOCK.upstream(name)
+def pristine_wheel(name: str, line: str = PATCH_LINE) -> Pristine:
+    up = (LOCK if line == PATCH_LINE else load_lock(REPO / "pin.lock", line)).upstream(name)
     return Pristine(fetch(up, log=lambda *_: None))
 
 
-@pytest.fixture(scope="session")
-def pristine_root(tmp_path_factory) -> Path:
-    """A site-packages-like directory holding every pinned upstream, unpatched."""
-    root = tmp_path_factory.mktemp("pristine")
-    for name, up in LOCK.upstreams.items():
-        pristine_wheel(name).unpack(root, root=up.root)
-    return root
+def line_of(test_path: Path) -> str:
+    """PATCH_LINE of the conftest.py nearest the test file (this one's unless a sub-package sets its own)."""
+    conftests = {Path(getattr(m, "__file__", "") or "").resolve(): m for m in list(sys.modules.values())
+                 if (getattr(m, "__file__", "") or "").endswith("conftest.py")}
+    for d in Path(test_path).resolve().parents:
+        if d == REPO:
+            break
+        mod = conftests.get(d / "conftest.py")
+        if mod is None and (d / "conftest.py").is_file():     # not collected in this run: read it all the same
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(f"_conftest_of_{d.name}", d / "conftest.py")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        if mod is not None and hasattr(mod, "PATCH_LINE"):
+            return mod.PATCH_LINE
+    return PATCH_LINE
 
 
-@pytest.fixture(scope="session")
-def patched_root(pristine_root, tmp_path_factory) -> Path:
-    """The same trees with the whole series and overlay applied by the engine."""
+_TREES: dict[tuple[str, str], Path] = {}
+
+
+def _line_or_skip(request) -> str:
+    from patchkit.lockfile import lock_lines
+
+    line = line_of(request.path)
+    if line not in lock_lines(REPO / "pin.lock"):
+        pytest.skip(f"line {line} is not in pin.lock yet (lines: {', '.join(lock_lines(REPO / 'pin.lock'))})")
+    return line
+
+
+@pytest.fixture(scope="module")
+def pristine_root(request, tmp_path_factory) -> Path:
+    """A site-packages-like directory holding every upstream the test's line pins, unpatched (one per line)."""
+    line = _line_or_skip(request)
+    if ("pristine", line) not in _TREES:
+        root = tmp_path_factory.mktemp(f"pristine-{line}")
+        for name, up in load_lock(REPO / "pin.lock", line).upstreams.items():
+            pristine_wheel(name, line).unpack(root, root=up.root)
+        _TREES["pristine", line] = root
+    return _TREES["pristine", line]
+
+
+@pytest.fixture(scope="module")
+def patched_root(request, pristine_root, tmp_path_factory) -> Path:
+    """The same trees with the line's whole series and overlay applied by the engine."""
     from patchkit.engine import Engine
 
-    root = tmp_path_factory.mktemp("patched") / "site"
-    shutil.copytree(pristine_root, root)
-    Engine.from_repo(REPO).apply(root, log=lambda *_: None)
-    return root
+    line = _line_or_skip(request)
+    if ("patched", line) not in _TREES:
+        root = tmp_path_factory.mktemp(f"patched-{line}") / "site"
+        shutil.copytree(pristine_root, root)
+        Engine.from_repo(REPO, line=line).apply(root, log=lambda *_: None)
+        _TREES["patched", line] = root
+    return _TREES["patched", line]
 
 
 @pytest.fixture

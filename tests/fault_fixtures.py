@@ -63,8 +63,11 @@ def sha256(path: Path) -> str:
     return sha256_file(path)
 
 
-def pin_lock(wheel: Path, version: str) -> str:
-    return (f'[upstream.{PACKAGE}]\npackage = "{PACKAGE}"\nversion = "{version}"\nartifact = "{wheel.name}"\n'
+LINE = "1.0"          # the demo repository's one release line (patches/1.0/demo, overlay/1.0/demo)
+
+
+def pin_lock(wheel: Path, version: str, line: str = LINE) -> str:
+    return (f'[line."{line}".upstream.{PACKAGE}]\npackage = "{PACKAGE}"\nversion = "{version}"\nartifact = "{wheel.name}"\n'
             f'sha256 = "{sha256(wheel)}"\nroot = "{PACKAGE}"\nrepo_prefix = ""\ntag = "v{version}"\n')
 
 
@@ -104,12 +107,12 @@ def demo_repo(tmp: Path) -> tuple[Path, dict]:
     shutil.copy2(wheel, cache / wheel.name)
     (repo / "pin.lock").write_text(pin_lock(wheel, "1.0"))
     patches = _series(tmp / "series")
-    (repo / "patches" / PACKAGE).mkdir(parents=True)
+    (repo / "patches" / LINE / PACKAGE).mkdir(parents=True)
     for p in patches:
-        shutil.copy2(p, repo / "patches" / PACKAGE / p.name)
-    (repo / "patches" / PACKAGE / "series").write_text("".join(p.name + "\n" for p in patches))
-    (repo / "overlay" / EXTRA).parent.mkdir(parents=True)
-    (repo / "overlay" / EXTRA).write_text("def g(x):\n    return 2 * x\n")
+        shutil.copy2(p, repo / "patches" / LINE / PACKAGE / p.name)
+    (repo / "patches" / LINE / PACKAGE / "series").write_text("".join(p.name + "\n" for p in patches))
+    (repo / "overlay" / LINE / EXTRA).parent.mkdir(parents=True)
+    (repo / "overlay" / LINE / EXTRA).write_text("def g(x):\n    return 2 * x\n")
     return repo, {"PATCHKIT_CACHE": str(tmp / "cache"), "PATCHKIT_LOCK_WAIT": "0"}
 
 

@@ -1,5 +1,5 @@
 """Release a new patch-set version in a scratch repository, the way a maintainer does by hand: the version in
-pin.lock's [patchset."LINE"] table and a CHANGELOG.md entry recording the series digest the files have now."""
+pin.lock's [line."LINE".patchset] table and a CHANGELOG.md entry recording the series digest the files have now."""
 from __future__ import annotations
 
 import re
@@ -14,9 +14,9 @@ def release(repo: Path, version: str, note: str = "a test release") -> str:
     ident = engine.patch_set()
     lock = Path(repo) / "pin.lock"
     text = lock.read_text()
-    table = f'[patchset."{ident.line}"]'
+    table = f'[line."{ident.line}".patchset]'
     if table in text:
-        text = re.sub(rf'(\[patchset\."{re.escape(ident.line)}"\]\nversion = )"[^"]*"', rf'\g<1>"{version}"', text)
+        text = re.sub(rf'(\[line\."{re.escape(ident.line)}"\.patchset\]\nversion = )"[^"]*"', rf'\g<1>"{version}"', text)
     else:
         text += f'\n{table}\nversion = "{version}"\n'
     lock.write_text(text)

@@ -51,9 +51,9 @@ def test_apply_writes_the_manifest_revert_removes_it_and_the_tree_is_as_before(t
     listed = {f["path"]: f["sha256"] for f in data["files"]}
     for name in engine.lock.upstreams:
         for p in engine.series(name).patches:
-            assert listed.pop(f"patches/{name}/{p.name}") == sha256_file(p.path)
-        assert listed.pop(f"patches/{name}/series") == sha256_file(REPO / "patches" / name / "series")
-    assert listed and all(path.startswith("overlay/") and sha256_file(REPO / path) == sha for path, sha in listed.items())
+            assert listed.pop(f"patches/0.5.14/{name}/{p.name}") == sha256_file(p.path)
+        assert listed.pop(f"patches/0.5.14/{name}/series") == sha256_file(REPO / "patches" / "0.5.14" / name / "series")
+    assert listed and all(path.startswith("overlay/0.5.14/") and sha256_file(REPO / path) == sha for path, sha in listed.items())
     assert attestation.read(target) == data
     mtime = (target / attestation.MANIFEST).stat().st_mtime_ns
     engine.apply(target, log=quiet)                  # applying twice: the manifest is not rewritten
@@ -76,7 +76,7 @@ def test_status_and_doctor_read_the_manifest_back(target, tmp_path):
 
     # another version of the set (one patch's message changed, released as 0.1.1): the tree is told apart
     repo = copy_repo_data(tmp_path / "repo")
-    patch = repo / "patches" / "sglang" / read_series_file(repo / "patches" / "sglang")[0]
+    patch = repo / "patches" / "0.5.14" / "sglang" / read_series_file(repo / "patches" / "0.5.14" / "sglang")[0]
     patch.write_text(patch.read_text().replace("\n\n", "\n\nA changed word.\n\n", 1))
     release(repo, "0.1.1")
     r = cli(repo, "status", "--target", str(target))
@@ -119,7 +119,7 @@ def test_a_deeply_nested_manifest_is_one_unreadable_line_not_a_traceback(target)
 # -- the server's start-up line (the last sglang patch) ------------------------------------------------------
 
 def attestation_patch():
-    directory = REPO / "patches" / "sglang"
+    directory = REPO / "patches" / "0.5.14" / "sglang"
     return parse_patch(directory / read_series_file(directory)[-1])
 
 
@@ -131,8 +131,8 @@ def test_the_attestation_patch_is_last_downstream_only_and_touches_no_other_patc
         with pytest.raises(PatchkitError, match="not meant for upstream, never exported"):
             status_gate(patch, force)
     assert patch.paths == [ENGINE_PY]
-    others = {p for n in read_series_file(REPO / "patches" / "sglang")[:-1]
-              for p in parse_patch(REPO / "patches" / "sglang" / n).paths}
+    others = {p for n in read_series_file(REPO / "patches" / "0.5.14" / "sglang")[:-1]
+              for p in parse_patch(REPO / "patches" / "0.5.14" / "sglang" / n).paths}
     assert ENGINE_PY not in others
 
 

@@ -156,7 +156,7 @@ def prose_documents() -> dict[str, str]:
     docs = {"README.md": (REPO / "README.md").read_text()}
     docs.update({f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))
                  if not p.name.endswith("_notes.md")})
-    for p in sorted((REPO / "patches").glob("*/*.patch")):
+    for p in sorted((REPO / "patches" / "0.5.14").glob("*/*.patch")):
         docs[str(p.relative_to(REPO))] = p.read_text().split("\ndiff --git", 1)[0]
     return docs
 

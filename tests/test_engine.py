@@ -95,7 +95,7 @@ def _half_applied_patch(engine, repo_copy):
             mine = [q for q in dict.fromkeys(patches[i].paths) if q not in later]
             if len(set(patches[i].paths)) < 2 or not mine:
                 continue
-            series = repo_copy / "patches" / name / "series"
+            series = repo_copy / "patches" / "0.5.14" / name / "series"
             series.write_text("".join(p.name + "\n" for p in patches[:i]))
             for p in patches[i:]:
                 (series.parent / p.name).unlink()
@@ -229,14 +229,14 @@ def test_malformed_patch_file(target, repo_copy):
 
 
 def test_unknown_patch_in_series(target, repo_copy):
-    series = next((repo_copy / "patches").glob("*/series"))
+    series = next((repo_copy / "patches" / "0.5.14").glob("*/series"))
     series.write_text(series.read_text() + "9999-not-here.patch\n")
     r = run_cli(repo_copy, "apply", "--target", str(target))
     assert r.returncode == 1 and "unknown patch 9999-not-here.patch" in r.stderr
 
 
 def test_unlisted_patch_file_is_refused(repo_copy):
-    series = next((repo_copy / "patches").glob("*/series"))
+    series = next((repo_copy / "patches" / "0.5.14").glob("*/series"))
     (series.parent / "9999-stray.patch").write_text("x")
     r = run_cli(repo_copy, "check")
     assert r.returncode == 1 and "not listed" in r.stderr
@@ -280,7 +280,7 @@ def test_check_catches_a_patch_that_does_not_round_trip(repo_copy):
 
 
 def test_worktree_then_export_reproduces_the_series(repo_copy):
-    for series in sorted((repo_copy / "patches").glob("*/series")):
+    for series in sorted((repo_copy / "patches" / "0.5.14").glob("*/series")):
         name = series.parent.name
         # every file under the series directory (patches, series, and the export-pr data beside them)
         def files():
@@ -335,7 +335,7 @@ def test_tree_applied_by_an_older_series_is_refreshed_by_apply(target, repo_copy
 
 def test_check_reports_reach_trailers_that_fail_on_the_pin(repo_copy):
     """An Unreached-If that matches the pin is a warning on every check; a broken trailer is an error."""
-    patch = next(p for s in sorted((repo_copy / "patches").glob("*/*.patch")) for p in [s]
+    patch = next(p for s in sorted((repo_copy / "patches" / "0.5.14").glob("*/*.patch")) for p in [s]
                  if "\nUnreached-If: " in p.read_text())
     text = patch.read_text()
     line = next(l for l in text.splitlines() if l.startswith("Unreached-If: "))

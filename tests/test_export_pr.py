@@ -112,8 +112,8 @@ def overlay_repo(tmp_path_factory) -> Path:
 
 def all_patches(repo: Path):
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    for name, up in lock["upstream"].items():
-        series = load_series(name, repo / "patches", repo / "overlay", up["root"])
+    for name, up in lock["line"]["0.5.14"]["upstream"].items():
+        series = load_series(name, repo / "patches" / "0.5.14", repo / "overlay" / "0.5.14", up["root"])
         for p in series.patches:
             yield name, up, p
 
@@ -133,7 +133,7 @@ def needs_force(patch) -> bool:
 
 
 def pr_data(repo: Path, name: str):
-    return load_pr_data(repo / "patches" / name)
+    return load_pr_data(repo / "patches" / "0.5.14" / name)
 
 
 def body_of(repo: Path, branch: str) -> str:
@@ -174,7 +174,7 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             expected = {prefix + p for p in patch.paths} | {prefix + o for o in patch.overlay}
             assert touched == expected | ({pr.test_dest} if pr.test_file else set())
             for o in patch.overlay:
-                assert git(repo, "show", f"{branch}:{prefix}{o}") == (overlay_repo / "overlay" / o).read_text()
+                assert git(repo, "show", f"{branch}:{prefix}{o}") == (overlay_repo / "overlay" / "0.5.14" / o).read_text()
             git(repo, "apply", "--check", "-", input=git(repo, "format-patch", "-1", "--stdout", branch))
             # the change is this patch's alone, even where an earlier patch of the series touches the same file
             added = lambda diff: {l[1:] for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")}
@@ -305,7 +305,7 @@ def test_the_body_follows_the_template_at_the_base(checkouts, overlay_repo, late
 
 def _with_trailer(repo: Path, prefix: str, line: str) -> str:
     """Add a trailer to the sglang patch starting with `prefix` (in the scratch copy); returns its name."""
-    path = next((repo / "patches" / "sglang").glob(prefix + "-*.patch"))
+    path = next((repo / "patches" / "0.5.14" / "sglang").glob(prefix + "-*.patch"))
     text = path.read_text()
     head, sep, diff = text.partition("\ndiff --git ")
     path.write_text(head.rstrip("\n") + "\n" + line + "\n\n" + sep.lstrip("\n") + diff)
@@ -327,10 +327,10 @@ def test_upstream_superseded_and_inappropriate_patches(checkouts, tmp_path):
             "on the base; pass --force") in proc.stderr
     proc = cli(copy, "export-pr", f"sglang/{superseded}", "--repo", str(repo), "--force")
     assert proc.returncode == 0, proc.stderr
-    branch = default_branch(parse_patch(copy / "patches/sglang" / superseded))
+    branch = default_branch(parse_patch(copy / "patches/0.5.14/sglang" / superseded))
     assert "Superseded-By" not in git(repo, "log", "-1", "--format=%B", branch)
     delete_branches(repo, branch)
-    path = next((copy / "patches/sglang").glob("0004-*.patch"))
+    path = next((copy / "patches/0.5.14/sglang").glob("0004-*.patch"))
     path.write_text(path.read_text().replace("Upstream-Status: Pending", "Upstream-Status: Inappropriate [downstream only]"))
     for extra in ([], ["--force"]):
         proc = cli(copy, "export-pr", f"sglang/{path.name}", "--repo", str(repo), *extra)

@@ -41,7 +41,7 @@ def _tables(section: str):
 
 def _data():
     for name, up in LOCK.upstreams.items():
-        data = load_pr_data(REPO / "patches" / name)
+        data = load_pr_data(REPO / "patches" / "0.5.14" / name)
         assert data is not None, f"patches/{name}/upstream-pr.toml is missing"
         yield name, up, data
 
@@ -70,7 +70,7 @@ def test_every_measured_row_is_in_the_benchmarks_table_it_names():
 def test_every_exported_patch_has_an_upstream_description_of_exactly_its_files():
     for name, up, data in _data():
         from patchkit.series import load_series
-        series = load_series(name, REPO / "patches", REPO / "overlay", up.root)
+        series = load_series(name, REPO / "patches" / "0.5.14", REPO / "overlay" / "0.5.14", up.root)
         # downstream-only patches (Upstream-Status: Inappropriate) are never exported and need no entry
         shipped = [p for p in series.patches
                    if not (p.trailer("Upstream-Status") or [""])[0].lower().startswith("inappropriate")]

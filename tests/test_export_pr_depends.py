@@ -127,7 +127,7 @@ def test_series_exports_the_stack_titled_k_of_n(checkouts, overlay_repo):  # noq
 def test_check_fails_a_depends_on_that_is_not_an_earlier_patch(tmp_path):
     repo = repo_copy(tmp_path / "repo")
     name, _, patch = dependent_patches(repo)[0]
-    path = repo / "patches" / name / patch.name
+    path = repo / "patches" / "0.5.14" / name / patch.name
     text = path.read_text()
     dep = patch.trailer("Depends-On")[0]
     for bad, why in ((patch.name, "found it at or after this patch"), ("0999-no-such.patch", "found no such patch")):

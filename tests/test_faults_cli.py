@@ -45,7 +45,7 @@ def test_export_pr_refuses_to_overwrite_an_existing_body_file(tmp_path):
     git(checkout, "add", "-A")
     git(checkout, "commit", "-qm", "release 1.0")
     git(checkout, "tag", "v1.0")
-    _describe_for_upstream(repo / "patches" / "demo")
+    _describe_for_upstream(repo / "patches" / "1.0" / "demo")
     body = tmp_path / "notes.md"
     body.write_text("my own notes\n")
     proc = cli(repo, "export-pr", "0001", "--repo", str(checkout), "--body", str(body), env=env)

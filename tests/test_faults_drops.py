@@ -32,22 +32,22 @@ def test_class4_pin_lock_root_that_matches_nothing_in_its_wheel_is_an_error(tmp_
     repo, env = demo_repo(tmp_path / "r")
     lock = repo / "pin.lock"
     text = lock.read_text()
-    lock.write_text(text + "\n" + text.replace("[upstream.demo]", "[upstream.second]")
+    lock.write_text(text + "\n" + text.replace('[line."1.0".upstream.demo]', '[line."1.0".upstream.second]')
                     .replace('root = "demo"', f'root = "{root}"'))
-    (repo / "patches" / "second").mkdir()
-    patch = sorted((repo / "patches" / PACKAGE).glob("0002-*.patch"))[0]
-    shutil.move(patch, repo / "patches" / "second" / patch.name)
-    (repo / "patches" / "second" / "series").write_text(patch.name + "\n")
-    series = repo / "patches" / PACKAGE / "series"
+    (repo / "patches" / "1.0" / "second").mkdir()
+    patch = sorted((repo / "patches" / "1.0" / PACKAGE).glob("0002-*.patch"))[0]
+    shutil.move(patch, repo / "patches" / "1.0" / "second" / patch.name)
+    (repo / "patches" / "1.0" / "second" / "series").write_text(patch.name + "\n")
+    series = repo / "patches" / "1.0" / PACKAGE / "series"
     series.write_text(series.read_text().replace(patch.name + "\n", ""))
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
     for args in (["apply", "--target", str(site)], ["status", "--target", str(site)], ["apply"], ["check"]):
         proc = cli(repo, *args, env=env)
-        assert one_line_error(proc) and "[upstream.second] root" in proc.stderr and "found no file under" in proc.stderr, (
+        assert one_line_error(proc) and '[line."1.0".upstream.second] root' in proc.stderr and "found no file under" in proc.stderr, (
             args, proc.stdout, proc.stderr)
     assert snapshot(site) == before
-    assert not (repo / "build" / "site").exists() or not any((repo / "build" / "site").iterdir())
+    assert not (repo / "build" / "site-1.0").exists() or not any((repo / "build" / "site-1.0").iterdir())
 
 
 @pytest.mark.parametrize("name", ["new file.py", "caf\u00e9.py", 'quote".py'])
@@ -55,7 +55,7 @@ def test_class4_new_file_with_any_legal_name_is_created_and_removed(tmp_path, na
     """Names with a space (or non-ASCII, or a quote: git quotes those) were never created."""
     repo, env = demo_repo(tmp_path / "r")
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     (wt / PACKAGE / name).write_text("X = 1\n")
     _commit(wt, "demo: a new file")
     assert cli(repo, "export", PACKAGE, env=env).returncode == 0
@@ -78,7 +78,7 @@ def test_class4_name_with_a_newline_is_refused_by_export_and_check(tmp_path):
 
     repo, env = demo_repo(tmp_path / "r")
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     (wt / PACKAGE / "two\nlines.py").write_text("X = 1\n")
     _commit(wt, "demo: a newline")
     before = data_snapshot(repo)
@@ -86,8 +86,8 @@ def test_class4_name_with_a_newline_is_refused_by_export_and_check(tmp_path):
     assert one_line_error(proc) and "without control characters" in proc.stderr and "two\\nlines.py" in proc.stderr, proc.stderr
     assert data_snapshot(repo) == before
     out = git(wt, *FORMAT_PATCH_ARGS, "-o", str(tmp_path / "out"), "HEAD~1..HEAD").stdout.split()
-    (repo / "patches" / PACKAGE / "0003-nl.patch").write_bytes(Path(out[0]).read_bytes())
-    with open(repo / "patches" / PACKAGE / "series", "a") as fh:
+    (repo / "patches" / "1.0" / PACKAGE / "0003-nl.patch").write_bytes(Path(out[0]).read_bytes())
+    with open(repo / "patches" / "1.0" / PACKAGE / "series", "a") as fh:
         fh.write("0003-nl.patch\n")
     proc = cli(repo, "check", env=env)
     assert one_line_error(proc) and "control characters" in proc.stderr, proc.stderr
@@ -97,7 +97,7 @@ def test_class4_name_with_a_newline_is_refused_by_export_and_check(tmp_path):
 def test_class4_modes_are_refused_never_dropped(tmp_path, what):
     repo, env = demo_repo(tmp_path / "r")
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     if what == "mode change with content":
         f = wt / PACKAGE / "util.py"
         f.write_text(f.read_text() + "U99 = 99\n")

@@ -1,6 +1,6 @@
 """Issue 28, classes 1 and 2: nothing patchkit keeps for itself follows a link out of the tree.
 
-Class 1: the lock files (`TARGET/.patchkit-lock`, `build/site/.patchkit-lock`, `build/.patchkit-repo-lock`)
+Class 1: the lock files (`TARGET/.patchkit-lock`, `build/site-1.0/.patchkit-lock`, `build/.patchkit-repo-lock`)
 were opened with O_CREAT and truncated: a symlink there (even one committed to a repository) overwrote any
 file the user could write. Class 2: temp and bookkeeping names with a dangling link were written through,
 and stale-temp cleanup skipped dangling links. Each is now refused with one line naming the path, or (a
@@ -42,16 +42,16 @@ def test_class1_symlink_at_the_target_lock_is_refused_and_its_file_untouched(tmp
 
 
 def test_class1_tracked_symlink_at_build_site_lock_never_overwrites_the_file_next_to_the_checkout(tmp_path):
-    """`ln -s ../../../victim.txt build/site/.patchkit-lock` in a commit; the victim clones and runs apply."""
+    """`ln -s ../../../victim.txt build/site-1.0/.patchkit-lock` in a commit; the victim clones and runs apply."""
     repo, env = demo_repo(tmp_path / "r")
     victim = tmp_path / "r" / "victim.txt"            # next to the checkout (repo = tmp/r/repo)
     victim.write_text(PRECIOUS)
-    (repo / "build" / "site").mkdir(parents=True)
-    os.symlink("../../../victim.txt", repo / "build" / "site" / ".patchkit-lock")
+    (repo / "build" / "site-1.0").mkdir(parents=True)
+    os.symlink("../../../victim.txt", repo / "build" / "site-1.0" / ".patchkit-lock")
     proc = cli(repo, "apply", env=env)
-    assert one_line_error(proc) and "build/site/.patchkit-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
+    assert one_line_error(proc) and "build/site-1.0/.patchkit-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
     assert victim.read_text() == PRECIOUS
-    assert not (repo / "build" / "site" / PACKAGE).exists()
+    assert not (repo / "build" / "site-1.0" / PACKAGE).exists()
 
 
 def test_class1_symlink_at_the_repository_lock_is_refused_by_export(tmp_path):
@@ -59,11 +59,11 @@ def test_class1_symlink_at_the_repository_lock_is_refused_by_export(tmp_path):
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
     victim = _victim(tmp_path)
     os.symlink(victim, repo / "build" / ".patchkit-repo-lock")
-    before = {p.name: p.read_bytes() for p in (repo / "patches" / PACKAGE).iterdir()}
+    before = {p.name: p.read_bytes() for p in (repo / "patches" / "1.0" / PACKAGE).iterdir()}
     proc = cli(repo, "export", PACKAGE, env=env)
     assert one_line_error(proc) and ".patchkit-repo-lock" in proc.stderr and "found a symlink" in proc.stderr, proc.stderr
     assert victim.read_text() == PRECIOUS
-    assert {p.name: p.read_bytes() for p in (repo / "patches" / PACKAGE).iterdir()} == before
+    assert {p.name: p.read_bytes() for p in (repo / "patches" / "1.0" / PACKAGE).iterdir()} == before
 
 
 def test_class1_lock_file_of_another_user_is_refused(tmp_path):

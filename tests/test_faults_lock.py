@@ -90,7 +90,7 @@ def test_two_rebases_never_interleave_and_abort_waits_for_the_running_one(tmp_pa
     finally:
         rc, out, err = finish_paused(first, flag)
     assert rc == 0, err + out
-    assert (repo / "overlay" / "demo" / "extra.py").is_file()
+    assert (repo / "overlay" / "1.0" / "demo" / "extra.py").is_file()
     after = data_snapshot(repo)
     assert b'version = "1.1"' in after["pin.lock"]
     proc = cli(repo, "check", env=env)

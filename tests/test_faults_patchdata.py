@@ -33,7 +33,7 @@ def test_class3_export_refuses_a_commit_that_creates_a_symlink(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     os.symlink(secret, wt / PACKAGE / "leak.py")
     _commit(wt, "demo: a link")
     before = data_snapshot(repo)
@@ -51,13 +51,13 @@ def test_class3_patch_file_that_creates_a_symlink_is_refused_by_check_status_and
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0
-    wt = repo / "build" / "work" / PACKAGE
+    wt = repo / "build" / "work" / "1.0" / PACKAGE
     os.symlink(secret, wt / PACKAGE / "leak.py")
     _commit(wt, "demo: a link")
     out = git(wt, *FORMAT_PATCH_ARGS, "-o", str(tmp_path / "out"), "HEAD~1..HEAD").stdout.split()
     name = "0003-demo-a-link.patch"
-    shutil.copy2(out[0], repo / "patches" / PACKAGE / name)
-    with open(repo / "patches" / PACKAGE / "series", "a") as fh:
+    shutil.copy2(out[0], repo / "patches" / "1.0" / PACKAGE / name)
+    with open(repo / "patches" / "1.0" / PACKAGE / "series", "a") as fh:
         fh.write(name + "\n")
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
@@ -71,9 +71,9 @@ def test_class3_patch_file_that_creates_a_symlink_is_refused_by_check_status_and
 def test_class3_overlay_file_that_is_a_symlink_is_refused(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
     secret = tmp_path / "secret.py"
-    secret.write_text((repo / "overlay" / EXTRA).read_text() + "# " + SECRET)
-    (repo / "overlay" / EXTRA).unlink()
-    os.symlink(secret, repo / "overlay" / EXTRA)
+    secret.write_text((repo / "overlay" / "1.0" / EXTRA).read_text() + "# " + SECRET)
+    (repo / "overlay" / "1.0" / EXTRA).unlink()
+    os.symlink(secret, repo / "overlay" / "1.0" / EXTRA)
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
     for args in _commands(site):
@@ -84,8 +84,8 @@ def test_class3_overlay_file_that_is_a_symlink_is_refused(tmp_path):
 
 def test_class3_symlinked_overlay_directory_is_refused(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
-    shutil.move(repo / "overlay", tmp_path / "elsewhere")
-    os.symlink(tmp_path / "elsewhere", repo / "overlay")
+    shutil.move(repo / "overlay" / "1.0", tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", repo / "overlay" / "1.0")
     site = demo_target(tmp_path / "t")
     before = snapshot(site)
     for args in _commands(site):
@@ -98,7 +98,7 @@ def test_class3_fifo_in_the_patch_data_is_refused_not_read(tmp_path):
     """A FIFO under overlay/ or patches/ would block a reader, or be skipped without a word."""
     for where in ("overlay", "patches"):
         repo, env = demo_repo(tmp_path / where / "r")
-        fifo = repo / where / PACKAGE / "x.fifo"
+        fifo = repo / where / "1.0" / PACKAGE / "x.fifo"
         os.mkfifo(fifo)
         proc = cli(repo, "check", env=env)
         assert one_line_error(proc) and "x.fifo" in proc.stderr and "found a FIFO" in proc.stderr, (where, proc.stderr)

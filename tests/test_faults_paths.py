@@ -28,7 +28,7 @@ def test_overlay_header_that_climbs_out_is_refused_and_nothing_is_read_or_writte
     repo, env = demo_repo(tmp_path / "r")
     secret = tmp_path / "r" / "x"          # what overlay/demo/../../../x names
     secret.write_text("read from outside overlay/\n")
-    patch = sorted((repo / "patches" / PACKAGE).glob("0001-*.patch"))[0]
+    patch = sorted((repo / "patches" / "1.0" / PACKAGE).glob("0001-*.patch"))[0]
     _add_trailer(patch, f"Overlay: {PACKAGE}/../../../x")
     site = demo_target(tmp_path / "t" / "sub")
     escaped = tmp_path / "t" / "x"          # what site/demo/../../../x names
@@ -42,7 +42,7 @@ def test_overlay_header_that_climbs_out_is_refused_and_nothing_is_read_or_writte
 
 def test_diff_path_that_climbs_out_is_refused(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
-    patch = sorted((repo / "patches" / PACKAGE).glob("0002-*.patch"))[0]
+    patch = sorted((repo / "patches" / "1.0" / PACKAGE).glob("0002-*.patch"))[0]
     patch.write_text(patch.read_text().replace("a/demo/util.py", "a/demo/../../util.py")
                      .replace("b/demo/util.py", "b/demo/../../util.py"))
     site = demo_target(tmp_path / "t")
@@ -54,7 +54,7 @@ def test_diff_path_that_climbs_out_is_refused(tmp_path):
 
 @pytest.mark.parametrize("entry", [f"{PACKAGE}/../../../../f", "/tmp/patchkit-zip-slip-absolute"])
 def test_zip_slip_wheel_entry_is_refused_before_anything_is_unpacked(tmp_path, entry):
-    """A wheel entry that climbs out of build/site (or is absolute) is refused; nothing is unpacked at all."""
+    """A wheel entry that climbs out of build/site-0.5.14 (or is absolute) is refused; nothing is unpacked at all."""
     repo, env = demo_repo(tmp_path / "r")
     evil = make_wheel(tmp_path / "evil", "1.0", RELEASES["1.0"], extra={entry: b"escaped\n"})
     shutil.copy2(evil, tmp_path / "r" / "cache" / "artifacts" / evil.name)
@@ -64,7 +64,7 @@ def test_zip_slip_wheel_entry_is_refused_before_anything_is_unpacked(tmp_path, e
                if p.is_file() and p.stat().st_size == 8 and p.read_bytes() == b"escaped\n"]
     assert escaped == [], "the crafted entry was written"
     assert one_line_error(proc) and "wheel entry" in proc.stderr and entry in proc.stderr, proc.stderr
-    site = repo / "build" / "site"
+    site = repo / "build" / "site-1.0"
     assert not (site / PACKAGE).exists() and [p.name for p in site.iterdir()] == []
 
 
@@ -98,7 +98,7 @@ def test_record_from_before_16_still_vouches_for_files_unchanged_since(tmp_path)
         record.write_text(json.dumps({rel: e["sha256"] for rel, e in data["files"].items()}))
     util = site / f"{PACKAGE}/util.py"
     old_final = util.read_bytes()
-    patch = sorted((repo / "patches" / PACKAGE).glob("0002-*.patch"))[0]
+    patch = sorted((repo / "patches" / "1.0" / PACKAGE).glob("0002-*.patch"))[0]
     patch.write_text(patch.read_text().replace("+U7 = 70", "+U7 = 700"))   # the series moves on
     proc = cli(repo, "status", "--target", str(site), env=env)
     assert "outdated" in proc.stdout, proc.stdout + proc.stderr
@@ -175,14 +175,15 @@ def test_bookkeeping_file_that_is_a_directory_is_a_one_line_error(tmp_path, name
 
 
 @pytest.mark.parametrize("edit,says", [
-    (lambda t: t.replace("[upstream.demo]", "[upstreams.demo]"), "unknown table [upstreams]"),
+    (lambda t: t.replace('[line."1.0".upstream.demo]', '[line."1.0".upstreams.demo]'), 'unknown table [line."1.0".upstreams]'),
     (lambda t: t + '\n[upstram.other]\nroot = "x"\n', "unknown table [upstram]"),
+    (lambda t: t.replace('[line."1.0".upstream.demo]', '[upstream.demo]'), "unknown table [upstream]"),
     (lambda t: t.replace('root = "demo"', 'rot = "demo"'), "unknown key 'rot'"),
     (lambda t: t.replace('version = "1.0"', "version = 1.0"), "version: expected a string, found a number"),
     (lambda t: t.replace('root = "demo"', "root = 5"), "root: expected a string, found an integer"),
     (lambda t: t.replace('root = "demo"', 'root = "../demo"'), "root"),
     (lambda t: t.replace('artifact = "', 'artifact = "../../'), "artifact"),
-    (lambda t: t + "\n[runtime]\ntorch = [2]\n", "torch: expected a string"),
+    (lambda t: t + '\n[line."1.0".runtime]\ntorch = [2]\n', "torch: expected a string"),
     # the package index left pin.lock for pip's own configuration (#15)
     (lambda t: t + '\n[index]\nurl = "x"\n', "no [index] table, found one: remove it; the package index is pip's"),
 ])

@@ -30,7 +30,7 @@ def test_class6_cached_wheel_swapped_after_its_check_is_never_unpacked(tmp_path)
     finally:
         rc, out, err = finish_paused(proc, flag)
     assert rc == 0, err
-    util = repo / "build" / "site" / PACKAGE / "util.py"
+    util = repo / "build" / "site-1.0" / PACKAGE / "util.py"
     assert b"swapped in" not in util.read_bytes()
     assert b"U7 = 70" in util.read_bytes()         # the genuine wheel's bytes, patched
 

@@ -84,7 +84,7 @@ def test_class5_stdout_that_cannot_encode_the_report_escapes_it(tmp_path, encodi
 
 def test_class5_series_file_that_is_not_utf8_is_a_one_line_error(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
-    series = repo / "patches" / PACKAGE / "series"
+    series = repo / "patches" / "1.0" / PACKAGE / "series"
     series.write_bytes(series.read_bytes() + b"# caf\xe9\n")
     site = demo_target(tmp_path / "t")
     before = snapshot(site)

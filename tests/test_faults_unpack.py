@@ -40,7 +40,7 @@ def test_killed_unpack_of_the_real_wheel_is_never_taken_for_a_tree(tmp_path):
     repo = copy_repo_data(tmp_path / "repo")
     lock = load_lock(repo / "pin.lock")
     first = next(iter(lock.upstreams.values()))
-    site = repo / "build" / "site"
+    site = repo / "build" / f"site-{lock.line}"
     killed = cli(repo, "apply", env={"PATCHKIT_TEST_FAULT": "unpack:kill:1500"})
     assert killed.returncode == 137, killed.stderr
     assert not (site / first.root).exists(), "a half-unpacked package root must never appear"
@@ -83,5 +83,5 @@ def test_wheel_that_disagrees_with_its_record_is_not_unpacked(tmp_path, damage):
     (repo / "pin.lock").write_text(pin_lock(wheel, "1.0"))
     proc = cli(repo, "apply", env=env)
     assert one_line_error(proc) and "RECORD" in proc.stderr, proc.stderr
-    site = repo / "build" / "site"
+    site = repo / "build" / "site-1.0"
     assert [p.name for p in site.iterdir()] == [], "nothing unpacked, no staging directory left"

@@ -177,7 +177,7 @@ def test_make_apply_with_only_a_pip_conf_fetches_verifies_and_applies(tmp_path, 
     proc = cli(repo, "apply", env=offline)
     assert proc.returncode == 0, proc.stderr
     assert load_lock(repo / "pin.lock").upstream(PACKAGE).artifact == PINNED
-    assert (repo / "build" / "site" / EXTRA).is_file()
+    assert (repo / "build" / "site-1.0" / EXTRA).is_file()
 
 
 @pytest.mark.parametrize("source", ["pip.conf index-url", "find-links wheelhouse"])
@@ -193,7 +193,7 @@ def test_make_apply_straight_from_the_users_pip_configuration(tmp_path, wheelhou
     proc = cli(repo, "apply", env={**env, **pip})
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r" / "cache" / "artifacts" / PINNED).is_file()
-    assert (repo / "build" / "site" / EXTRA).is_file()
+    assert (repo / "build" / "site-1.0" / EXTRA).is_file()
     assert cli(repo, "status", env={**env, **pip}).returncode == 0
 
 

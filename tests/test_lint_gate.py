@@ -56,7 +56,7 @@ def test_shipped_files_pass():
 @needs_tools
 def test_misformatted_line_and_misspelling_in_an_overlay_file_fail(tmp_path):
     repo = copy_of_the_set(tmp_path)
-    kernel = repo / "overlay" / MMA
+    kernel = repo / "overlay" / "0.5.14" / MMA
     lines = kernel.read_text().splitlines(keepends=True)
     lines.append("_SHAPES = [1,2 ,3]\n")
     lines.append("# the combine kernel will recieve every split\n")
@@ -71,7 +71,7 @@ def test_misformatted_line_and_misspelling_in_an_overlay_file_fail(tmp_path):
 @needs_tools
 def test_misspelling_in_a_line_a_patch_adds_fails(tmp_path):
     repo = copy_of_the_set(tmp_path)
-    patch = repo / "patches" / "sglang" / INDEXER_PATCH
+    patch = repo / "patches" / "0.5.14" / "sglang" / INDEXER_PATCH
     text = patch.read_text()
     added = "+    # SGLANG_SM120_INDEXER_TRITON=0 restores the upstream torch fallback.\n"
     assert text.count(added) == 1
@@ -85,19 +85,19 @@ def test_misspelling_in_a_line_a_patch_adds_fails(tmp_path):
 @needs_tools
 def test_a_pr_test_file_under_patches_is_linted_and_fix_formats_the_whole_files(tmp_path):
     repo = copy_of_the_set(tmp_path)
-    demo = repo / "patches" / "sglang" / "upstream-tests" / "test_demo.py"
+    demo = repo / "patches" / "0.5.14" / "sglang" / "upstream-tests" / "test_demo.py"
     demo.parent.mkdir(exist_ok=True)
     demo.write_text("SHAPES = [1,2 ,3]\n")
-    kernel = repo / "overlay" / MMA
+    kernel = repo / "overlay" / "0.5.14" / MMA
     kernel.write_text(kernel.read_text() + "_SHAPES = [1,2 ,3]\n")
     proc = gate(repo)
-    assert proc.returncode == 1 and "patches/sglang/upstream-tests/test_demo.py:1: ruff-format" in proc.stdout, proc.stdout
-    untouched = {f: f.read_bytes() for f in (repo / "patches" / "flashinfer").rglob("*") if f.is_file()}
+    assert proc.returncode == 1 and "patches/0.5.14/sglang/upstream-tests/test_demo.py:1: ruff-format" in proc.stdout, proc.stdout
+    untouched = {f: f.read_bytes() for f in (repo / "patches" / "0.5.14" / "flashinfer").rglob("*") if f.is_file()}
     stray = repo / "stray.py"     # in the working directory, in no series: --fix must leave it alone
     stray.write_text("y = [1,2 ,3]\n")
     proc = gate(repo, "--fix")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"formatted overlay/{MMA}" in proc.stdout and "formatted patches/sglang/upstream-tests/test_demo.py" in proc.stdout
+    assert f"formatted overlay/{MMA}" in proc.stdout and "formatted patches/0.5.14/sglang/upstream-tests/test_demo.py" in proc.stdout
     assert demo.read_text() == "SHAPES = [1, 2, 3]\n" and kernel.read_text().endswith("\n_SHAPES = [1, 2, 3]\n")
     assert stray.read_text() == "y = [1,2 ,3]\n" and all(f.read_bytes() == b for f, b in untouched.items())
 

@@ -18,7 +18,7 @@ from harness.aot import DIV16, MAIN_SIGNATURE, compile_in_subprocess, compile_ke
 from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
-OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
 COMBINE_SIGNATURE = dict(

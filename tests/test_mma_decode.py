@@ -23,7 +23,7 @@ from harness.upstream import load_module
 from tests.mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64
 
 REPO = Path(__file__).resolve().parents[1]
-OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
 # bf16 q, bf16 P and a bf16 output: ~2^-8 relative each; the oracle itself is ~1.5e-3 off f64.
 REL_TOL = 1.2e-2

@@ -16,8 +16,8 @@ from harness.aot import compile_in_subprocess, compile_kernel, ptxas_report
 from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
-INDEXER = REPO / "overlay/sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
-MHC = REPO / "overlay/sglang/srt/layers/mhc_pre_triton.py"
+INDEXER = REPO / "overlay/0.5.14/sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
+MHC = REPO / "overlay/0.5.14/sglang/srt/layers/mhc_pre_triton.py"
 ARCHS = (120, 90)
 SM120_SHARED_LIMIT = 101376
 

@@ -58,12 +58,12 @@ def test_version_prints_line_version_and_the_sha256sum_digest_of_the_series_file
     # the digest, recomputed here as a user would: sha256sum of each series listing, patch and claimed overlay file
     lines = []
     for name in lock.upstreams:
-        listing = REPO / "patches" / name / "series"
+        listing = REPO / "patches" / "0.5.14" / name / "series"
         patches = [n for n in listing.read_text().split() if not n.startswith("#")]
-        files = [f"patches/{name}/series"] + [f"patches/{name}/{n}" for n in patches]
+        files = [f"patches/{lock.line}/{name}/series"] + [f"patches/{lock.line}/{name}/{n}" for n in patches]
         claimed = sorted({line.split(": ", 1)[1] for n in patches
-                          for line in (REPO / "patches" / name / n).read_text().splitlines() if line.startswith("Overlay: ")})
-        files += [f"overlay/{rel}" for rel in claimed]
+                          for line in (REPO / "patches" / "0.5.14" / name / n).read_text().splitlines() if line.startswith("Overlay: ")})
+        files += [f"overlay/{lock.line}/{rel}" for rel in claimed]
         lines += [f"{hashlib.sha256((REPO / f).read_bytes()).hexdigest()}  {f}\n" for f in files]
     digest = hashlib.sha256("".join(lines).encode()).hexdigest()
     assert r.stdout.startswith(f"patch set: line {lock.line}, version {lock.patchsets[lock.line]}, series digest {digest} ")
@@ -73,7 +73,7 @@ def test_version_prints_line_version_and_the_sha256sum_digest_of_the_series_file
 
 def test_check_is_red_when_a_patch_byte_changes_without_a_bump_green_after_the_bump_and_entry(repo):
     assert cli(repo, "check").returncode == 0
-    patch = sorted((repo / "patches" / "sglang").glob("*.patch"))[0]
+    patch = sorted((repo / "patches" / "0.5.14" / "sglang").glob("*.patch"))[0]
     text = patch.read_text()
     patch.write_text(text.replace("\n\n", "\n\nA changed word.\n\n", 1))    # one more line of message: still applies
     r = cli(repo, "check")
@@ -81,11 +81,11 @@ def test_check_is_red_when_a_patch_byte_changes_without_a_bump_green_after_the_b
     row = patch_set_row(r.stdout)
     assert "FAIL" in row and "series or overlay changed since 0.5.14 0.1.0" in row, row
     # every other row is still fine: the failure is the missing version, nothing else
-    assert [l for l in r.stdout.splitlines()[2:] if " FAIL " in l] == [row]
+    assert [l for l in r.stdout.splitlines()[3:] if " FAIL " in l] == [row]
 
     # a version bump without a CHANGELOG entry: still red, naming the entry it needs
     lock = repo / "pin.lock"
-    lock.write_text(lock.read_text().replace('[patchset."0.5.14"]\nversion = "0.1.0"', '[patchset."0.5.14"]\nversion = "0.1.1"'))
+    lock.write_text(lock.read_text().replace('[line."0.5.14".patchset]\nversion = "0.1.0"', '[line."0.5.14".patchset]\nversion = "0.1.1"'))
     r = cli(repo, "check")
     assert r.returncode == 1 and "expected an entry '### 0.1.1' under '## 0.5.14 line', found none" in patch_set_row(r.stdout)
 
@@ -97,7 +97,7 @@ def test_check_is_red_when_a_patch_byte_changes_without_a_bump_green_after_the_b
 
 
 def test_an_overlay_byte_changed_without_a_bump_is_red(repo):
-    overlay = sorted((repo / "overlay").rglob("*.py"))[0]
+    overlay = sorted((repo / "overlay" / "0.5.14").rglob("*.py"))[0]
     overlay.write_bytes(overlay.read_bytes() + b"\n")
     r = cli(repo, "check")
     assert r.returncode == 1 and "series or overlay changed" in patch_set_row(r.stdout)
@@ -105,7 +105,7 @@ def test_an_overlay_byte_changed_without_a_bump_is_red(repo):
 
 def test_a_digest_rewritten_in_place_without_a_new_version_is_red(repo):
     """Bumping only the digest line of the released entry leaves two versions with one number: refused."""
-    patch = sorted((repo / "patches" / "sglang").glob("*.patch"))[0]
+    patch = sorted((repo / "patches" / "0.5.14" / "sglang").glob("*.patch"))[0]
     patch.write_text(patch.read_text().replace("\n\n", "\n\nA changed word.\n\n", 1))
     release(repo, "0.1.0")        # a second '### 0.1.0' entry under the line
     r = cli(repo, "check")
@@ -114,22 +114,28 @@ def test_a_digest_rewritten_in_place_without_a_new_version_is_red(repo):
 
 def test_a_new_release_line_needs_its_own_version(repo):
     lock = repo / "pin.lock"
-    lock.write_text(lock.read_text().replace('[patchset."0.5.14"]', '[patchset."0.5.13"]'))
+    lock.write_text(lock.read_text().replace('[line."0.5.14".patchset]\nversion = "0.1.0"\n', ''))
     r = cli(repo, "check")
+    assert r.returncode == 0 and "unversioned" in r.stdout, r.stdout   # no line versioned: a warning
+    text = lock.read_text()
+    lock.write_text(text + '\n[line."0.5.13".upstream.sglang]\n' + text.split("[line.\"0.5.14\".upstream.sglang]\n")[1]
+                    .split("\n\n")[0].replace("0.5.14", "0.5.13") + '\n\n[line."0.5.13".patchset]\nversion = "0.1.0"\n')
+    r = cli(repo, "check", "--line", "0.5.14")
     assert r.returncode == 1
-    assert 'expected a [patchset."0.5.14"] version for release line 0.5.14, found none (lines: 0.5.13)' in r.stdout
+    assert ('expected a [line."0.5.14".patchset] version for release line 0.5.14, found none (versioned lines: 0.5.13)'
+            in r.stdout), r.stdout
 
 
 @pytest.mark.parametrize("table, expected", [
-    ('[patchset."0.5.14"]\nversion = 1\n', 'version: expected a string, found an integer 1'),
-    ('[patchset."0.5.14"]\nversion = "0.1.0"\ndigest = "x"\n', "has unknown key 'digest' (expected one of: version)"),
-    ('[patchset."0.5.14"]\n', 'version: expected a version such as "0.1.0", found \'none\''),
-    ('[patchset."a b"]\nversion = "1"\n', "expected a release line such as"),
+    ('[line."0.5.14".patchset]\nversion = 1\n', 'version: expected a string, found an integer 1'),
+    ('[line."0.5.14".patchset]\nversion = "0.1.0"\ndigest = "x"\n', "has unknown key 'digest' (expected one of: version)"),
+    ('[line."0.5.14".patchset]\n', 'version: expected a version such as "0.1.0", found \'none\''),
+    ('[line."a b".patchset]\nversion = "1"\n', "expected a release line such as"),
 ])
 def test_a_malformed_patchset_table_is_refused_in_one_line(repo, table, expected):
     lock = repo / "pin.lock"
     text = lock.read_text()
-    lock.write_text(text[:text.index("[patchset.")] + table)
+    lock.write_text(text[:text.index('[line."0.5.14".patchset]')] + table)
     with pytest.raises(PatchkitError, match="^.*pin.lock: .*") as err:
         load_lock(lock)
     assert expected in str(err.value) and "\n" not in str(err.value), err.value

@@ -42,8 +42,8 @@ def data_snapshot(repo: Path) -> dict[str, str]:
 
 def series_patches(repo: Path):
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    for name, up in lock["upstream"].items():
-        for p in load_series(name, repo / "patches", repo / "overlay", up["root"]).patches:
+    for name, up in lock["line"]["0.5.14"]["upstream"].items():
+        for p in load_series(name, repo / "patches" / "0.5.14", repo / "overlay" / "0.5.14", up["root"]).patches:
             yield name, p
 
 
@@ -92,7 +92,7 @@ def test_overlay_follows_a_moved_module(dry_run):
     moved_any = False
     for e in report["upstreams"]:
         for r in e["results"]:
-            patch = parse_patch(repo / "patches" / e["name"] / r["patch"])
+            patch = parse_patch(repo / "patches" / "0.5.14" / e["name"] / r["patch"])
             for old, new in r["overlay_moves"].items():
                 moved_any = True
                 assert old in patch.overlay
@@ -180,10 +180,10 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
 
     # pin.lock: only version, artifact, sha256 and tag changed, to what the index publishes
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    assert lock["upstream"]["sglang"]["version"] == "0.5.17"
-    assert lock["upstream"]["sglang"]["artifact"] == NEW_SGLANG_WHEEL
-    assert lock["upstream"]["sglang"]["sha256"] == NEW_SGLANG_SHA256
-    assert lock["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
+    assert lock["line"]["0.5.14"]["upstream"]["sglang"]["version"] == "0.5.17"
+    assert lock["line"]["0.5.14"]["upstream"]["sglang"]["artifact"] == NEW_SGLANG_WHEEL
+    assert lock["line"]["0.5.14"]["upstream"]["sglang"]["sha256"] == NEW_SGLANG_SHA256
+    assert lock["line"]["0.5.14"]["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
     changed = [(a, b) for a, b in zip(original_lock.splitlines(), (repo / "pin.lock").read_text().splitlines()) if a != b]
     assert {a.split("=")[0].strip() for a, _ in changed} <= {"version", "artifact", "sha256", "tag"}
 
@@ -210,7 +210,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
     for e in final["upstreams"]:
         for r in e["results"]:
             for old, new in r["overlay_moves"].items():
-                assert not (repo / "overlay" / old).exists() and (repo / "overlay" / new).is_file()
+                assert not (repo / "overlay" / "0.5.14" / old).exists() and (repo / "overlay" / "0.5.14" / new).is_file()
                 assert any(new in p.overlay for _, p in refreshed)
 
     # the refreshed series applies to the new pristine release and round-trips byte for byte
@@ -219,13 +219,13 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
         series = engine.series(name)
         assert roundtrip_differences(series, engine.pristine(name), up.root, f"{up.package} {up.version}") == []
         for rel in series.overlay_owner:
-            assert (repo / "overlay" / rel).is_file()
+            assert (repo / "overlay" / "0.5.14" / rel).is_file()
     site = tmp_path / "site"
     for name, up in engine.lock.upstreams.items():
         engine.pristine(name).unpack(site, root=up.root)
     state = engine.apply(site, log=lambda *a: None)
     assert state.summary == APPLIED
-    release(repo, "0.1.0")      # a rebased series is a new release line: it gets its own version
+    release(repo, "0.1.1")      # a rebased series (without --new-line) is a new version of its line
     check = cli(repo, "check")
     assert check.returncode == 0, check.stdout + check.stderr
 
@@ -271,16 +271,16 @@ def test_a_patch_on_a_moved_module_is_refreshed_at_the_new_path_with_its_overlay
         lambda b: b.replace(b"Grid: (B, H)", b"Grid: (B, H); see flash_mla_sm120_helper", 1),
         "test: a docstring note on the moved kernel\n\nbody\n\nUpstream-Status: Pending\nEvidence: none\n"
         f"Test: tests/test_rebase.py\nOverlay: {helper}\nReached-If: {old} ~ _tiled_sparse_decode_kernel\n")
-    series_dir = repo / "patches" / "sglang"
+    series_dir = repo / "patches" / "0.5.14" / "sglang"
     for f in series_dir.glob("*.patch"):
         f.unlink()
     (series_dir / patch.name).write_bytes(patch.read_bytes())
     (series_dir / "series").write_text(patch.name + "\n")
-    for f in (repo / "overlay" / "sglang").rglob("*"):
+    for f in (repo / "overlay" / "0.5.14" / "sglang").rglob("*"):
         if f.is_file():
             f.unlink()
-    (repo / "overlay" / helper).parent.mkdir(parents=True, exist_ok=True)
-    (repo / "overlay" / helper).write_text("HELPER = 1\n")
+    (repo / "overlay" / "0.5.14" / helper).parent.mkdir(parents=True, exist_ok=True)
+    (repo / "overlay" / "0.5.14" / helper).write_text("HELPER = 1\n")
 
     proc = cli(repo, "rebase", "--to", "0.5.17", "--json", str(repo / "report.json"))
     assert proc.returncode == 0, proc.stderr + proc.stdout
@@ -291,11 +291,11 @@ def test_a_patch_on_a_moved_module_is_refreshed_at_the_new_path_with_its_overlay
     assert result["overlay_moves"] == {helper: new_helper} and result["unreached"] == []
     (refreshed,) = [p for name, p in series_patches(repo) if name == "sglang"]
     assert refreshed.paths == [new]
-    assert refreshed.overlay == [new_helper] and (repo / "overlay" / new_helper).read_text() == "HELPER = 1\n"
-    assert not (repo / "overlay" / helper).exists()
+    assert refreshed.overlay == [new_helper] and (repo / "overlay" / "0.5.14" / new_helper).read_text() == "HELPER = 1\n"
+    assert not (repo / "overlay" / "0.5.14" / helper).exists()
     assert ("Reached-If", f"{new} ~ _tiled_sparse_decode_kernel") in refreshed.trailers
     # flashinfer was not named: it follows what sglang 0.5.17 requires (issue 23)
-    assert tomllib.loads((repo / "pin.lock").read_text())["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
+    assert tomllib.loads((repo / "pin.lock").read_text())["line"]["0.5.14"]["upstream"]["flashinfer"]["version"] == "0.6.15.post1"
     engine = Engine.from_repo(repo)
     up = engine.lock.upstream("sglang")
     assert roundtrip_differences(engine.series("sglang"), engine.pristine("sglang"), up.root, "sglang 0.5.17") == []

@@ -15,7 +15,7 @@ from tests.test_rebase import cli
 from patchkit.rebase.matrix import parse_markdown
 from patchkit.series import load_series
 
-SERIES = load_series("sglang", REPO / "patches", REPO / "overlay", LOCK.upstream("sglang").root)
+SERIES = load_series("sglang", REPO / "patches" / "0.5.14", REPO / "overlay" / "0.5.14", LOCK.upstream("sglang").root)
 COLUMNS = ("0.5.16", "0.5.23")
 
 

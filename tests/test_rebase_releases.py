@@ -18,7 +18,7 @@ from patchkit.conditions import (conditions_of, parse_condition, pin_problems, r
                                  superseded_by, unreached_reasons)
 from patchkit.series import load_series
 
-SERIES = load_series("sglang", REPO / "patches", REPO / "overlay", LOCK.upstream("sglang").root)
+SERIES = load_series("sglang", REPO / "patches" / "0.5.14", REPO / "overlay" / "0.5.14", LOCK.upstream("sglang").root)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_moved_files_are_followed_in_every_trailer_that_names_paths():
 
 def test_check_fails_a_condition_anchor_missing_on_the_pin_and_a_replacement_that_matches_there(tmp_path):
     repo = repo_copy(tmp_path / "repo")
-    p4, p7 = (repo / "patches" / "sglang" / patch_of(SERIES, w).name for w in (P4, P7))
+    p4, p7 = (repo / "patches" / "0.5.14" / "sglang" / patch_of(SERIES, w).name for w in (P4, P7))
     p4.write_text(p4.read_text().replace("[anchor: SGLANG_FP8_PAGED_MQA_LOGITS_TORCH.set(True)]",
                                          "[anchor: text no release has]", 1))
     p7.write_text(p7.read_text().replace(f"Superseded-By: {MODEL}:MqaAttentionBase._kernel_num_heads",
@@ -152,12 +152,12 @@ def test_0_5_23_continue_refuses_while_the_merge_still_shadows_the_base_class_me
 
     repo = repo_copy(tmp_path / "repo")
     keep = [patch_of(SERIES, P1), patch_of(SERIES, P7)]
-    for f in (repo / "patches" / "sglang").glob("*.patch"):
+    for f in (repo / "patches" / "0.5.14" / "sglang").glob("*.patch"):
         if f.name not in [p.name for p in keep]:
             f.unlink()
-    (repo / "patches" / "sglang" / "series").write_text("".join(p.name + "\n" for p in keep))
-    for f in (repo / "overlay" / "sglang").rglob("*.py"):      # only P1's own overlay file stays
-        if f.relative_to(repo / "overlay").as_posix() not in keep[0].overlay:
+    (repo / "patches" / "0.5.14" / "sglang" / "series").write_text("".join(p.name + "\n" for p in keep))
+    for f in (repo / "overlay" / "0.5.14" / "sglang").rglob("*.py"):      # only P1's own overlay file stays
+        if f.relative_to(repo / "overlay" / "0.5.14").as_posix() not in keep[0].overlay:
             f.unlink()
     proc = cli(repo, "rebase", "--to", "0.5.23", "--keep", f"{keep[1].name}=kept for the test")
     assert proc.returncode == 1 and "rebase --continue" in proc.stdout, proc.stderr[-2000:] + proc.stdout[-2000:]

@@ -129,18 +129,21 @@ def test_sm90_with_the_emulation_switch_says_so():
     assert problems[0].text.startswith("this GPU is sm_90: OVERLAY_EMULATE_SM120=1 forces sglang's sm_120 branches")
 
 
+OVERLAY = REPO / "overlay" / "0.5.14"
+
+
 def test_overlay_state_of_the_real_trees(pristine_root, patched_root, tmp_path):
-    assert doctor.overlay_state(pristine_root) == "pristine"
-    assert doctor.overlay_state(patched_root) == "applied"
+    assert doctor.overlay_state(pristine_root, OVERLAY) == "pristine"
+    assert doctor.overlay_state(patched_root, OVERLAY) == "applied"
     import shutil
     stale = tmp_path / "stale"
     shutil.copytree(patched_root / "sglang", stale / "sglang")
-    victim = next(p for p in (REPO / "overlay").rglob("*.py"))
-    (stale / victim.relative_to(REPO / "overlay")).write_text("# an older overlay\n")
-    assert doctor.overlay_state(stale) == "outdated"
-    victim_path = stale / victim.relative_to(REPO / "overlay")
+    victim = next(p for p in (REPO / "overlay" / "0.5.14").rglob("*.py"))
+    (stale / victim.relative_to(REPO / "overlay" / "0.5.14")).write_text("# an older overlay\n")
+    assert doctor.overlay_state(stale, OVERLAY) == "outdated"
+    victim_path = stale / victim.relative_to(REPO / "overlay" / "0.5.14")
     victim_path.unlink()
-    assert doctor.overlay_state(stale) == "partial"
+    assert doctor.overlay_state(stale, OVERLAY) == "partial"
 
 
 def test_bundle_gate_without_a_gpu_is_one_line(tmp_path, pristine_root):

@@ -29,7 +29,7 @@ from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs
 from harness.upstream import load_module
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED_PATH = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+SHIPPED_PATH = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {

@@ -6,7 +6,7 @@ Written in a session without a GPU and without a Gluon interpreter: it compiles 
     python -m pytest -q tests/gpu/test_gluon_ws_gpu.py && python -m bench.experiments.gluon_ws_decode --bench
 
 Same inputs, outputs and semantics as the shipped `_gluon_sparse_decode_kernel` (config g32dqq) of
-overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py: program = (16-head group, split, row), the
+overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py: program = (16-head group, split, row), the
 584-byte token layout (fp8 nope + bf16 rope + UE8M0 scales), the same split contract (part_out / part_lse
 finished by the shipped `_combine_splits_kernel`), the same scale handling (QK on the raw fp8 value, the
 UE8M0 factor on the [16, T] partial scores; PV on bf16(P) x bf16 2^(e-127+60); fp8 -> bf16 by bit
@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mbarrie
 from harness.upstream import load_module
 
 REPO = Path(__file__).resolve().parents[2]
-OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 _m = load_module(OVERLAY, "flash_mla_sm120_mma_ws")
 
 # The shipped module's sizes and Gluon helpers (globals a Gluon kernel may read: constexprs, jit functions).

@@ -38,6 +38,7 @@ from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPS
                     Stop, UpstreamRebase)
 
 REFRESHING = "REFRESHING"    # written before the refresh's first write to the repository: --abort must restore
+LINE_FILE = "LINE"           # the release line the rebase in progress carries (--continue works on it)
 
 
 # -- command line ---------------------------------------------------------------------------------
@@ -47,6 +48,9 @@ def add_parser(sub) -> None:
     p.add_argument("--to", action="append", default=[], metavar="[NAME=]VERSION",
                    help="target version of upstream NAME; a bare VERSION means the first upstream in pin.lock (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the report, write nothing")
+    p.add_argument("--new-line", action="store_true",
+                   help="start a new release line named after the first --to version: copy the --line's patches/, "
+                        "overlay/ and pin.lock tables under that name, then rebase the copy (the old line is untouched)")
     p.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict in build/rebase/repos/NAME")
     p.add_argument("--abort", action="store_true", help="drop the rebase in progress; patches/, overlay/, pin.lock restored")
     p.add_argument("--keep", action="append", default=[], metavar="PATCH=REASON",
@@ -75,7 +79,11 @@ def run(engine: Engine, args) -> int:
         raise UsageError("rebase: expected one of --to VERSION, --continue or --abort, found several")
     targets = None if args.abort or args.cont else _targets(engine.lock, args.to)
     runtime = None if targets is None else _runtime_overrides(engine.lock, args.to)
+    if args.new_line and targets is None:
+        raise UsageError("rebase --new-line: expected --to VERSION (no --continue or --abort)")
     with repo_lock(engine.build_root, engine.repo, "rebase"):
+        if args.new_line and not args.dry_run:
+            engine = new_line(engine, next(iter(targets.values())))   # named after the leading upstream's release
         if args.abort:
             return abort(engine)
         if args.cont:
@@ -137,8 +145,36 @@ def work_dir(engine: Engine) -> Path:
     return engine.build_root / "rebase"
 
 
+def _rebase_line(engine: Engine, base: Path) -> Engine:
+    """The engine of the line the rebase in progress carries (recorded at its start), whatever --line says."""
+    saved = (base / LINE_FILE).read_text().strip() if (base / LINE_FILE).is_file() else engine.lock.line
+    return engine if saved == engine.lock.line else engine.for_line(saved)
+
+
 def _progress(msg: str) -> None:
     print(f"rebase: {msg}", file=sys.stderr, flush=True)
+
+
+def new_line(engine: Engine, name: str) -> Engine:
+    """Copy the engine's line (patches/LINE/, overlay/LINE/, its pin.lock tables) to line `name`; its engine."""
+    from ..lockedit import copy_line_text
+    old, repo, work = engine.lock.line, engine.repo, work_dir(engine)
+    if (work / STATE).exists() or (work / REFRESHING).exists():
+        raise PatchkitError(f"a rebase is already in progress ({work}): "
+                            "resolve and run 'rebase --continue', or 'rebase --abort'")
+    if name in engine.lock.lines:
+        raise PatchkitError(f"rebase --new-line: expected a new line name, found line {name} already in pin.lock "
+                            f"(lines: {', '.join(engine.lock.lines)}); rebase it with --line {name}")
+    for d in ("patches", "overlay"):
+        if (repo / d / name).exists():
+            raise PatchkitError(f"rebase --new-line: expected no {d}/{name}/ yet, found one; nothing written")
+    text = copy_line_text((repo / "pin.lock").read_text(), old, name)
+    for d in ("patches", "overlay"):
+        if (repo / d / old).is_dir():
+            shutil.copytree(repo / d / old, repo / d / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    atomic_write(repo / "pin.lock", text.encode(), fault="pin-lock")
+    _progress(f"new line {name}: patches/{name}/, overlay/{name}/ and pin.lock [line.\"{name}\"] copied from line {old}")
+    return engine.for_line(name)
 
 
 # -- the plan -------------------------------------------------------------------------------------
@@ -205,16 +241,20 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
         staged = base / "overlay"
         if staged.exists():
             shutil.rmtree(staged)
-        shutil.copytree(src / "overlay", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        line = engine.lock.line
+        (base / LINE_FILE).parent.mkdir(parents=True, exist_ok=True)
+        if not dry_run:
+            atomic_write(base / LINE_FILE, line.encode() + b"\n")
+        shutil.copytree(src / "overlay" / line, staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         names = [p.name for n in engine.lock.upstreams for p in load_series(
-            n, src / "patches", src / "overlay", engine.lock.upstream(n).root).patches]
+            n, src / "patches" / line, src / "overlay" / line, engine.lock.upstream(n).root).patches]
         state = RebaseState(dry_run, [], keep=_keep_for(keep or {}, names), runtime=new_runtime,
                             moved=[m.line() for m in moved])
-        for line in state.moved:
-            _progress(f"pin: {line}")
+        for moved_pin in state.moved:
+            _progress(f"pin: {moved_pin}")
         for move in moves:
             old, new = move.old, move.new
-            series = load_series(old.name, src / "patches", src / "overlay", old.root)
+            series = load_series(old.name, src / "patches" / line, src / "overlay" / line, old.root)
             _progress(f"[{old.name}] building {old.version} -> {new.version} in a scratch repo")
             commits = build_rebase_repo(base / "repos" / old.name, series.patches, engine.pristine(old.name),
                                         Pristine(move.new_wheel), old.root, old.label, new.label)
@@ -230,9 +270,10 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
 
 
 def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: str | None) -> int:
+    line = engine.lock.line
     for entry in state.upstreams:
         up = engine.lock.upstream(entry.name)
-        series = load_series(entry.name, src / "patches", src / "overlay", up.root)
+        series = load_series(entry.name, src / "patches" / line, src / "overlay" / line, up.root)
         replayer = Replayer(base / "repos" / entry.name, base / "overlay", state.keep)
         total = len(entry.patches)
         if not state.dry_run and entry.next < total:
@@ -281,13 +322,15 @@ def resume(engine: Engine, json_out: str | None) -> int:
     base = work_dir(engine)
     if not (base / STATE).exists():
         raise PatchkitError(f"rebase --continue: expected a rebase in progress ({base / STATE}), found none")
+    engine = _rebase_line(engine, base)
+    line = engine.lock.line
     state = RebaseState.load(base, list(engine.lock.upstreams))
     stop = state.stopped
     src = base / "backup"
     if stop:
         entry = state.entry(stop.upstream)
         up = engine.lock.upstream(stop.upstream)
-        series = load_series(up.name, src / "patches", src / "overlay", up.root)
+        series = load_series(up.name, src / "patches" / line, src / "overlay" / line, up.root)
         replayer = Replayer(base / "repos" / up.name, base / "overlay", state.keep)
         left = replayer.unresolved(stop.files)
         if left:
@@ -351,10 +394,10 @@ def abort(engine: Engine) -> int:
 # -- the refresh ------------------------------------------------------------------------------------
 def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     """Write patches/, overlay/ and pin.lock, then prove the result applies and round-trips; else restore."""
-    repo = engine.repo
+    repo, line = engine.repo, engine.lock.line
     exported = {e.name: export_series(base / "repos" / e.name, base / "export" / e.name) for e in state.upstreams}
     lock_text = update_lock_text((base / "backup" / "pin.lock").read_text(),
-                                 {e.name: e.pin.to_json() for e in state.upstreams}, state.runtime)
+                                 {e.name: e.pin.to_json() for e in state.upstreams}, state.runtime, line=line)
     problem = backup_problem(base / "backup")
     if problem:
         raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
@@ -364,14 +407,14 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
         step = 0
         for name, files in exported.items():
             faults.point("refresh", step)
-            write_series(files, repo / "patches" / name)
+            write_series(files, repo / "patches" / line / name)
             step += 1
         faults.point("refresh", step)
-        (repo / "overlay").mkdir(exist_ok=True)
-        mirror(base / "overlay", repo / "overlay")
+        (repo / "overlay" / line).mkdir(parents=True, exist_ok=True)
+        mirror(base / "overlay", repo / "overlay" / line)
         faults.point("refresh", step + 1)
         atomic_write(repo / "pin.lock", lock_text.encode(), fault="pin-lock")
-        fresh = Engine.from_repo(repo)
+        fresh = Engine.from_repo(repo, line=line)
         for name in exported:
             up = fresh.lock.upstream(name)
             fresh.chain(name)                        # applies to the new release, overlay claims valid
@@ -390,8 +433,8 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     keep_undo(repo, base, done_dir(engine))
     for e in state.upstreams:
         print(f"rebase: {e.label}: wrote {len(exported[e.name])} patch(es), pin.lock updated")
-    for line in state.moved:
-        print(f"rebase: pin {line}")
+    for moved_pin in state.moved:
+        print(f"rebase: pin {moved_pin}")
     print(f"rebase: done. To undo it: python apply.py rebase --abort (restores pin.lock, patches/ and overlay/ "
           f"from {done_dir(engine) / 'backup'})")
 

@@ -4,6 +4,18 @@ from __future__ import annotations
 import pytest
 
 from harness.upstream import load_module
+from patchkit import PatchkitError
+from patchkit.lines import installed_runtime, line_for_runtime
+from tests.conftest import REPO, _nvidia_gpu_present
+
+# The GPU tests run on the machine's own torch/triton: the line whose [runtime] they are. A GPU machine whose
+# runtime no line pins stops here, in one line; without a GPU (the tests skip) the default line is kept.
+try:
+    PATCH_LINE = line_for_runtime(REPO / "pin.lock", *installed_runtime())
+except PatchkitError as exc:
+    if _nvidia_gpu_present():
+        raise pytest.UsageError(f"tests/gpu: {exc}") from None
+    from tests.conftest import PATCH_LINE
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ MATCH_REL = 2.0 ** -16
 BATCH, WIDTH = 8, 512            # 32768 c4 positions (a 128K-token context)
 
 
-OVERLAY = load_module(REPO / "overlay" / C.TRITON_INDEXER)
+OVERLAY = load_module(REPO / "overlay" / "0.5.14" / C.TRITON_INDEXER)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tests.mma_decode_cases import make_case, reference_f64
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 REPO = Path(__file__).resolve().parents[2]
-OVERLAY = REPO / "overlay/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 REL_TOL = 1.2e-2
 
 

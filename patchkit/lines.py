@@ -1,0 +1,94 @@
+"""Release lines: the rules that span lines (overlay copies) and the line a machine's runtime can run.
+
+A line is one [line."NAME"] of pin.lock with its patches/NAME/ and overlay/NAME/. Where two lines carry a file
+with the same path below the overlay root, or the same file name (a module upstream moved between releases),
+overlay/copies.toml must say why they differ, else `check` requires them byte-identical:
+
+    [[differs]]
+    a = "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+    b = "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
+    reason = "imports follow the module's move"
+"""
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+
+from . import PatchkitError, fsio
+from .lockfile import Lock, load_lock, tomllib
+
+COPIES = "overlay/copies.toml"
+
+
+def runtime_line(locks: list[Lock], torch_version: str | None, triton_version: str | None) -> Lock:
+    """The line whose [runtime] torch and triton are the installed ones (a local '+cu128' tag ignored)."""
+    def bare(v):
+        return (v or "").split("+")[0]
+    found = f"torch {torch_version or 'none'}, triton {triton_version or 'none'}"
+    hits = [lk for lk in locks
+            if bare(lk.runtime.get("torch")) == bare(torch_version) and bare(lk.runtime.get("triton")) == bare(triton_version)]
+    if not hits:
+        wanted = "; ".join(f"line {lk.line}: torch {lk.runtime.get('torch')}, triton {lk.runtime.get('triton')}"
+                           for lk in locks)
+        raise PatchkitError(f"installed runtime: expected the torch and triton of a release line ({wanted}), "
+                            f"found {found}")
+    return hits[-1]        # the newest line the runtime runs
+
+
+def line_for_runtime(lock_path: Path, torch_version: str | None, triton_version: str | None) -> str:
+    """The name of the line pin.lock pins for this torch + triton; else a one-line PatchkitError."""
+    first = load_lock(lock_path)
+    return runtime_line([load_lock(lock_path, n) for n in first.lines], torch_version, triton_version).line
+
+
+def installed_runtime() -> tuple[str | None, str | None]:
+    """(torch, triton) versions of this interpreter, None for one that is not installed."""
+    from importlib import metadata
+    out = []
+    for name in ("torch", "triton"):
+        try:
+            out.append(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            out.append(None)
+    return out[0], out[1]
+
+
+def _differs(repo: Path) -> dict[frozenset, str]:
+    path = Path(repo) / COPIES
+    raw = fsio.read_regular(path, "the overlay copies file")
+    if raw is None:
+        return {}
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PatchkitError(f"{path}: not valid TOML ({exc})") from None
+    out = {}
+    for i, entry in enumerate(data.get("differs", [])):
+        if not (isinstance(entry, dict) and set(entry) == {"a", "b", "reason"}
+                and all(isinstance(v, str) and v.strip() for v in entry.values())):
+            raise PatchkitError(f"{path}: [[differs]] #{i + 1}: expected a, b and reason (non-empty strings), "
+                                f"found {sorted(entry) if isinstance(entry, dict) else entry!r}")
+        out[frozenset((entry["a"], entry["b"]))] = entry["reason"]
+    return out
+
+
+def copies_problems(repo: Path, lines: list[str]) -> list[str]:
+    """One message per pair of same-path or same-name overlay files of two lines that differ without a reason."""
+    repo = Path(repo)
+    files = {}
+    for line in lines:
+        top = repo / "overlay" / line
+        files[line] = sorted(f.relative_to(top).as_posix() for f in top.rglob("*")
+                             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+    reasons = _differs(repo)
+    out = []
+    for la, lb in combinations(lines, 2):
+        for ra in files[la]:
+            for rb in files[lb]:
+                if ra != rb and ra.rsplit("/", 1)[-1] != rb.rsplit("/", 1)[-1]:
+                    continue
+                a, b = f"overlay/{la}/{ra}", f"overlay/{lb}/{rb}"
+                if (repo / a).read_bytes() != (repo / b).read_bytes() and frozenset((a, b)) not in reasons:
+                    out.append(f"{a} and {b}: expected the copies byte-identical or a [[differs]] entry in "
+                               f"{COPIES} saying why, found them different")
+    return out

@@ -1,0 +1,108 @@
+"""Issue 24 item 1: release lines. pin.lock names lines ([line."NAME"...]); every command takes --line, the newest
+line is the default; a tree that holds another line's release or set is refused naming it; `rebase --new-line`
+starts a line and leaves the old one byte for byte; overlay copies across lines agree or say why not.
+The CLI cases run on the crafted `demo` upstream (tests/fault_fixtures.py), no network."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from patchkit import PatchkitError
+from patchkit.lines import copies_problems, line_for_runtime
+from patchkit.lockfile import load_lock, lock_lines
+from tests.fault_fixtures import cli, data_snapshot, demo_target, one_line_error
+from tests.conftest import REPO, line_of
+
+
+def _two_lines(tmp_path: Path) -> Path:
+    """A pin.lock with lines 0.5.9 and 0.5.14 (0.5.14 written first: the order in the file is not the order)."""
+    text = (REPO / "pin.lock").read_text()
+    old = text.split('[line."0.5.14".upstream.sglang]')[1].split("\n\n")[0].replace("0.5.14", "0.5.9")
+    lock = tmp_path / "pin.lock"
+    lock.write_text(text + '\n[line."0.5.9".upstream.sglang]' + old + '\n\n[line."0.5.9".runtime]\ntorch = "2.9.1"\n'
+                    'triton = "3.5.1"\n')
+    return lock
+
+
+def test_the_newest_line_by_version_is_the_default_and_each_line_is_chosen_by_name(tmp_path):
+    lock = _two_lines(tmp_path)
+    assert lock_lines(lock) == ["0.5.9", "0.5.14"]
+    assert load_lock(lock).line == "0.5.14" and load_lock(lock).lines == ("0.5.9", "0.5.14")
+    old = load_lock(lock, "0.5.9")
+    assert old.upstream("sglang").version == "0.5.9" and list(old.upstreams) == ["sglang"]
+    assert old.runtime["torch"] == "2.9.1"
+
+
+def test_an_unknown_line_is_one_line_naming_the_lines(tmp_path, demo):
+    with pytest.raises(PatchkitError) as err:
+        load_lock(_two_lines(tmp_path), "0.6")
+    assert "expected a release line of 0.5.9, 0.5.14, found --line '0.6'" in str(err.value)
+    repo, env = demo
+    for args in (["status", "--line", "9.9"], ["--line", "9.9", "--version"], ["check", "--line", "9.9"]):
+        proc = cli(repo, *args, env=env)
+        assert one_line_error(proc) and "expected a release line of 1.0, found --line '9.9'" in proc.stderr, proc.stderr
+
+
+def test_line_for_runtime_picks_the_line_of_the_installed_torch_and_triton(tmp_path):
+    lock = _two_lines(tmp_path)
+    assert line_for_runtime(lock, "2.11.0+cu128", "3.6.0") == "0.5.14"
+    assert line_for_runtime(lock, "2.9.1", "3.5.1") == "0.5.9"
+    with pytest.raises(PatchkitError) as err:
+        line_for_runtime(lock, "2.10.0", "3.6.0")
+    assert "\n" not in str(err.value) and "found torch 2.10.0, triton 3.6.0" in str(err.value)
+    assert "line 0.5.9: torch 2.9.1, triton 3.5.1" in str(err.value)
+
+
+def test_fixtures_take_the_line_of_the_nearest_conftest():
+    assert line_of(Path(__file__)) == "0.5.14"
+    assert line_of(REPO / "tests" / "line_0_5_23" / "test_x.py") == "0.5.23"
+
+
+def test_rebase_new_line_starts_a_line_and_leaves_the_old_one_byte_for_byte(demo, tmp_path):
+    repo, env = demo
+    before = data_snapshot(repo)
+    proc = cli(repo, "rebase", "--line", "1.0", "--to", "1.1", "--new-line", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = data_snapshot(repo)
+    assert {k: v for k, v in after.items() if k != "pin.lock" and "/1.1/" not in k} == \
+        {k: v for k, v in before.items() if k != "pin.lock"}
+    assert after["pin.lock"].startswith(before["pin.lock"].rstrip(b"\n"))       # the 1.0 tables as they were
+    assert load_lock(repo / "pin.lock", "1.0").upstream("demo").version == "1.0"
+    assert load_lock(repo / "pin.lock", "1.1").upstream("demo").version == "1.1"
+    assert any(k.startswith("patches/1.1/demo/") for k in after) and "overlay/1.1/demo/extra.py" in after
+    assert "line 1.1" in cli(repo, "--version", env=env).stdout        # the newest line is the default now
+    again = cli(repo, "rebase", "--line", "1.0", "--to", "1.1", "--new-line", env=env)
+    assert one_line_error(again) and "found line 1.1 already in pin.lock" in again.stderr, again.stderr
+
+    # status names the line a target carries; another line's tree or set is refused in one line
+    site = demo_target(tmp_path / "t")
+    assert cli(repo, "apply", "--line", "1.0", "--target", str(site), env=env).returncode == 0
+    status = cli(repo, "status", "--line", "1.0", "--target", str(site), env=env)
+    assert "line: 1.0; the target carries line 1.0" in status.stdout, status.stdout
+    other = cli(repo, "apply", "--target", str(site), env=env)
+    assert one_line_error(other) and "expected line 1.1, found line 1.0's patch set on demo 1.0" in other.stderr, \
+        other.stderr
+    fresh = demo_target(tmp_path / "u")
+    other = cli(repo, "apply", "--line", "1.1", "--target", str(fresh), env=env)
+    assert one_line_error(other) and "(the release of line 1.0: pass --line 1.0)" in other.stderr, other.stderr
+
+    # the two lines' copies of demo/extra.py agree; a differing copy needs its [[differs]] reason
+    assert copies_problems(repo, ["1.0", "1.1"]) == []
+    (repo / "overlay" / "1.1" / "demo" / "extra.py").write_text("def g(x):\n    return x + x\n")
+    copies = cli(repo, "check", env=env)
+    assert copies.returncode == 1 and "overlay/1.0/demo/extra.py and overlay/1.1/demo/extra.py: expected the " \
+        "copies byte-identical or a [[differs]] entry" in copies.stdout, copies.stdout
+    (repo / "overlay" / "copies.toml").write_text('[[differs]]\na = "overlay/1.1/demo/extra.py"\n'
+                                                  'b = "overlay/1.0/demo/extra.py"\nreason = "a test"\n')
+    assert copies_problems(repo, ["1.0", "1.1"]) == []
+
+
+def test_a_same_named_file_moved_between_lines_is_compared_too(tmp_path):
+    for line, rel in (("0.5.14", "pkg/a/k.py"), ("0.5.23", "pkg/b/k.py")):
+        (tmp_path / "overlay" / line / rel).parent.mkdir(parents=True)
+        (tmp_path / "overlay" / line / rel).write_text(line)
+    assert len(copies_problems(tmp_path, ["0.5.14", "0.5.23"])) == 1
+    (tmp_path / "overlay" / "copies.toml").write_text('[[differs]]\na = "overlay/0.5.14/pkg/a/k.py"\n')
+    with pytest.raises(PatchkitError, match=r"\[\[differs\]\] #1: expected a, b and reason"):
+        copies_problems(tmp_path, ["0.5.14", "0.5.23"])
