@@ -89,8 +89,10 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
     """
     path = Path(root) / MODEL
     tree = ast.parse(path.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV4DecoderLayer")
-    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre")
+    # 0.5.14 defines hc_pre on DeepseekV4DecoderLayer; 0.5.23 on its base, DeepseekV4DecoderLayerBase.
+    method = next(m for n in tree.body if isinstance(n, ast.ClassDef)
+                  and n.name in ("DeepseekV4DecoderLayer", "DeepseekV4DecoderLayerBase")
+                  for m in n.body if isinstance(m, ast.FunctionDef) and m.name == "hc_pre")
     inner = next(n for n in method.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre_torch_impl")
     inner.decorator_list = []
     used = {x.id for x in ast.walk(inner) if isinstance(x, ast.Name)}

@@ -1,0 +1,1493 @@
+"""Sparse MLA decode for DeepSeek-V4 on sm_120, with heads as the MMA M dimension.
+
+Drop-in for `flash_mla_sparse_decode_triton` (flash_mla_sm120_triton.py): same arguments,
+same `(out [B,1,H,512] bf16, lse [B,H,1] f32)` result. The upstream kernel runs one program
+per (row, head), so each KV token is gathered and dequantised once per head and scored with
+CUDA-core FMAs; the two caches then take two launches plus ~20 torch ops to merge and sink.
+
+Here one program owns (head group, split, row):
+  * each KV tile is gathered and dequantised once and shared by the BLOCK_H heads of the
+    program through `tl.dot` (scores = q[BLOCK_H,512] . k^T, out += p . k: MLA has K = V);
+  * the main (sliding-window) and extra (compressed) caches are one concatenated token list,
+    bounded per row by `topk_length` / `extra_topk_length`;
+  * rows are split along that list when rows x head groups would leave SMs idle, and a
+    second kernel merges the splits by log-sum-exp; the attention sink and the bf16 cast
+    are fused into whichever kernel finishes the row.
+Configs come from a fixed table (no autotuning), so a first call inside a CUDA-graph
+capture works. The public function goes through a torch custom op so that
+`torch.compile(fullgraph=True)` sees one opaque node.
+
+Main loop, per tile: page / offset by shift and mask when every page size is a power of two
+(chosen on the host); each token's UE8M0 bytes load as two int32 words in the fp8 tile's
+layout; row sums are reduced once after the loop; the running max and the accumulators move
+only when a row max grows by more than 2^8; even / odd column groups accumulate into two
+score tiles (two short chains of dependent MMAs instead of one long one).
+
+KV layout (DeepSeekV4SingleKVPool, 584 bytes per token, page of P tokens, page stride
+ceil(P*584/576)*576 bytes): token t's 448 fp8-e4m3 "nope" values at t*576, its 64 bf16
+rope values at t*576+448, its 7 UE8M0 scale bytes (2^(e-127) per 64 values) at
+P*576 + t*8. Index = page*P + offset; -1 is invalid.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+# Sizes of the KV layout above and of a head. tl.constexpr so the kernels can read them (Triton
+# kernels see only constexpr globals); host code reads `.value`.
+_NOPE_DIM = tl.constexpr(
+    448
+)  # fp8 "nope" values of a token (7 groups of 64, one byte each); rope follows
+_TOKEN_DATA_BYTES = tl.constexpr(
+    576
+)  # a token's 448 nope bytes + its 64 bf16 rope values
+_TOKEN_SCALE_BYTES = tl.constexpr(
+    8
+)  # its 7 UE8M0 scale bytes + 1 pad, in the page footer
+_TOKEN_BYTES = tl.constexpr(
+    584
+)  # data + scale bytes: the last dim of a [pages, P, 1, 584] cache view
+_D = tl.constexpr(512)  # q / output head dim: 448 nope + 64 rope
+_LOG2E = tl.constexpr(
+    1.4426950408889634
+)  # natural log -> log2 domain (the kernels use exp2 / log2)
+_LN2 = tl.constexpr(0.6931471805599453)  # log2 -> natural log (the LSE the caller gets)
+
+
+@triton.jit
+def _pow2(e):
+    """2^(e-127) as float32 for an int32 biased exponent e in [1, 254] (exact)."""
+    return (e << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp_byte(sc_lo, sc_hi, G: tl.constexpr):
+    """UE8M0 exponent of column group G (1 for invalid tokens) as int32 [T]."""
+    if G < 4:
+        e = (sc_lo >> (8 * G)) & 0xFF
+    else:
+        e = (sc_hi >> (8 * (G - 4))) & 0xFF
+    return e
+
+
+@triton.jit
+def _dequant(raw, sc_lo, sc_hi, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+    """fp8 [T, 2, 32] of column group G times 2^(e-127), e its UE8M0 byte -> [T, 64]."""
+    # Op order matters at ~254 registers: building the scale before converting the fp8 tile
+    # made ptxas spill (sm_90, 16-head x 64-token config, split).
+    e = _exp_byte(sc_lo, sc_hi, G)
+    k = (
+        raw.to(tl.float8e4nv, bitcast=True).to(MMA_DTYPE)
+        * _pow2(e).to(MMA_DTYPE)[:, None, None]
+    )
+    return tl.reshape(k, [raw.shape[0], 64])
+
+
+@triton.jit
+def _q_chunk(q_ptrs, q_mask, G: tl.constexpr, MMA_DTYPE: tl.constexpr):
+    # Loaded at each use inside the loop: Triton then keeps q in shared memory, where a
+    # [BLOCK_H, 512] MMA operand held in registers would cost 128 registers per warp.
+    return tl.load(q_ptrs + G * 64, mask=q_mask, other=0.0).to(MMA_DTYPE)
+
+
+@triton.jit
+def _store_chunk(ptrs, acc, factor, mask, G: tl.constexpr):
+    o = acc * factor[:, None]
+    tl.store(ptrs + G * 64, o.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_indices(
+    pos,
+    row,
+    n_main,
+    end,
+    main_idx,
+    main_idx_stride,
+    extra_idx,
+    extra_idx_stride,
+    HAS_EXTRA: tl.constexpr,
+):
+    """Cache index of each list position: int32, -1 when invalid or past the split's end."""
+    in_range = pos < end
+    in_main = pos < n_main
+    idx = tl.load(
+        main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1
+    )
+    if HAS_EXTRA:
+        e_idx = tl.load(
+            extra_idx + row * extra_idx_stride + (pos - n_main),
+            mask=in_range & (pos >= n_main),
+            other=-1,
+        )
+        idx = tl.where(in_main, idx, e_idx)
+    return idx
+
+
+@triton.jit
+def _load_tile(
+    idx,
+    pos,
+    n_main,
+    main_u8,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    HAS_EXTRA: tl.constexpr,
+    POW2_PAGES: tl.constexpr,
+):
+    """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
+    [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T]."""
+    valid = idx >= 0
+    idx = tl.where(valid, idx, 0)
+    base = main_u8
+    page_size = main_page
+    shift = main_shift
+    page_bytes = main_page_bytes.to(tl.int64)
+    if HAS_EXTRA:
+        in_main = pos < n_main
+        base = tl.where(in_main, main_u8, extra_u8)
+        page_size = tl.where(in_main, main_page, extra_page)
+        shift = tl.where(in_main, main_shift, extra_shift)
+        page_bytes = tl.where(in_main, main_page_bytes, extra_page_bytes).to(tl.int64)
+    if POW2_PAGES:
+        # Every DSv4 pool has a power-of-two page: no 32-bit integer division per token.
+        page = (idx >> shift).to(tl.int64)
+        off = idx & (page_size - 1)
+    else:
+        page = (idx // page_size).to(tl.int64)
+        off = idx % page_size
+    data = base + tl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
+    scale = base + (
+        page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES)
+    )
+    dim = tl.arange(0, 64)
+    m = valid[:, None]
+    # [T, 2, 32] so that the reshape to [T, 64] after dequantising keeps Triton from moving the
+    # MMA-operand layout conversion in front of the dequant (int8 moves byte by byte).
+    d3 = (tl.arange(0, 2)[:, None] * 32 + tl.arange(0, 32)[None, :])[None, :, :]
+    p3 = data[:, None, None] + d3
+    m3 = valid[:, None, None]
+    r0 = tl.load(p3, mask=m3, other=0)
+    r1 = tl.load(p3 + 64, mask=m3, other=0)
+    r2 = tl.load(p3 + 128, mask=m3, other=0)
+    r3 = tl.load(p3 + 192, mask=m3, other=0)
+    r4 = tl.load(p3 + 256, mask=m3, other=0)
+    r5 = tl.load(p3 + 320, mask=m3, other=0)
+    r6 = tl.load(p3 + 384, mask=m3, other=0)
+    rope = tl.load(
+        (data + _NOPE_DIM).to(tl.pointer_type(tl.bfloat16))[:, None] + dim[None, :],
+        mask=m,
+        other=0.0,
+    )
+    # Two int32 words in the [T] layout the group multiplies use: a [T, 8] byte tile sliced per
+    # group went through shared memory once per group.
+    s32 = scale.to(tl.pointer_type(tl.int32))
+    sc_lo = tl.load(s32, mask=valid, other=0x01010101)
+    sc_hi = tl.load(s32 + 1, mask=valid, other=0x01010101)
+    return r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid
+
+
+@triton.jit
+def _sink_weight(lse2, sink2):
+    """Sink in the softmax denominator (log2 domain): output scale 2^lse2 / (2^lse2 + 2^sink2)
+    and the combined LSE. sink2 = +inf gives weight 0, -inf weight 1; rows without tokens
+    (lse2 = -inf) are zeroed by the caller."""
+    w = 1.0 / (1.0 + tl.math.exp2(sink2 - lse2))
+    hi = tl.maximum(lse2, sink2)
+    inf_hi = (hi == float("inf")) | (hi == float("-inf"))
+    hi_safe = tl.where(inf_hi, 0.0, hi)
+    lse_out = tl.where(
+        inf_hi,
+        hi,
+        hi_safe
+        + tl.math.log2(tl.math.exp2(lse2 - hi_safe) + tl.math.exp2(sink2 - hi_safe)),
+    )
+    return w, lse_out
+
+
+@triton.jit
+def _finish_rows(m2, l, sink_ptr, heads, head_ok, HAS_SINK: tl.constexpr):
+    """Softmax epilogue shared by the decode and combine kernels. m2: log2-domain reference,
+    l: sum of 2^(score - m2) over the row's tokens. Returns the factor for the unnormalised
+    output (1 / l, times the sink weight; 0 for rows without a token) and the log2 LSE (sink
+    included when HAS_SINK)."""
+    has_tok = l > 0.0
+    safe_l = tl.where(has_tok, l, 1.0)
+    lse2 = tl.where(has_tok, m2 + tl.math.log2(safe_l), float("-inf"))
+    factor = tl.where(has_tok, 1.0 / safe_l, 0.0)
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * _LOG2E
+        w, lse2 = _sink_weight(lse2, sink2)
+        factor = tl.where(has_tok, factor * w, 0.0)  # w is NaN for lse2 = sink2 = -inf
+    return factor, lse2
+
+
+@triton.jit
+def _mma_sparse_decode_kernel(
+    q_ptr,
+    stride_qb,
+    stride_qh,
+    main_u8,
+    main_idx,
+    main_idx_stride,
+    main_len,
+    main_topk,
+    main_page,
+    main_page_bytes,
+    main_shift,  # log2(main_page) when POW2_PAGES
+    extra_u8,
+    extra_idx,
+    extra_idx_stride,
+    extra_len,
+    extra_topk,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    sink_ptr,
+    out_ptr,  # [B, H, 512] bf16 (final; used when not SPLIT)
+    lse_ptr,  # [B, H] f32 natural log, sink included (final; used when not SPLIT)
+    part_out_ptr,  # [B, S, H, 512] f32 normalised partial outputs (SPLIT)
+    part_lse_ptr,  # [B, S, H] f32 log2-domain partial LSE (SPLIT)
+    H,
+    num_splits,
+    qk_scale_log2,  # softmax_scale * log2(e)
+    HAS_MAIN_LEN: tl.constexpr,
+    HAS_EXTRA: tl.constexpr,
+    HAS_EXTRA_LEN: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    SPLIT: tl.constexpr,
+    POW2_PAGES: tl.constexpr,  # every page size a power of two (host decides)
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    MMA_DTYPE: tl.constexpr,  # bf16; fp32 (of bf16-rounded values) under the CPU interpreter
+):
+    hg = tl.program_id(0)  # fastest: programs sharing a KV tile run together (L2 reuse)
+    split = tl.program_id(1)
+    row = tl.program_id(2).to(tl.int64)
+
+    heads = hg * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    dim = tl.arange(0, 64)
+    q_ptrs = q_ptr + row * stride_qb + heads[:, None] * stride_qh + dim[None, :]
+    q_mask = head_ok[:, None]
+
+    # Work list = first n_main main-cache entries, then first n_extra extra-cache entries.
+    n_main = main_topk
+    if HAS_MAIN_LEN:
+        n_main = tl.minimum(tl.load(main_len + row), main_topk)
+    n_main = tl.maximum(n_main, 0)
+    n_extra = 0
+    if HAS_EXTRA:
+        n_extra = extra_topk
+        if HAS_EXTRA_LEN:
+            n_extra = tl.minimum(tl.load(extra_len + row), extra_topk)
+        n_extra = tl.maximum(n_extra, 0)
+    total = n_main + n_extra
+    chunk = tl.cdiv(tl.cdiv(total, num_splits), BLOCK_T) * BLOCK_T
+    start = split * chunk
+    end = tl.minimum(start + chunk, total)
+
+    m_i = tl.full([BLOCK_H], -1.0e30, tl.float32)
+    # Row sums kept per element and reduced once after the loop: no cross-warp sum per tile.
+    l_part = tl.zeros([BLOCK_H, BLOCK_T], tl.float32)
+    # The 512 output columns as 8 accumulators of 64: one per dequant group (7 nope + rope).
+    acc0 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc1 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc2 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc3 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc4 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc5 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc6 = tl.zeros([BLOCK_H, 64], tl.float32)
+    acc7 = tl.zeros([BLOCK_H, 64], tl.float32)
+    # Software pipeline: the tile being computed was loaded one iteration earlier and the
+    # indices of the tile after next two iterations earlier, so neither the index nor the
+    # KV latency is exposed (one CTA per SM leaves little other work to hide it behind).
+    pos = start + tl.arange(0, BLOCK_T)
+    idx = _load_indices(
+        pos,
+        row,
+        n_main,
+        end,
+        main_idx,
+        main_idx_stride,
+        extra_idx,
+        extra_idx_stride,
+        HAS_EXTRA,
+    )
+    r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = _load_tile(
+        idx,
+        pos,
+        n_main,
+        main_u8,
+        main_page,
+        main_page_bytes,
+        main_shift,
+        extra_u8,
+        extra_page,
+        extra_page_bytes,
+        extra_shift,
+        HAS_EXTRA,
+        POW2_PAGES,
+    )
+    pos += BLOCK_T
+    idx = _load_indices(
+        pos,
+        row,
+        n_main,
+        end,
+        main_idx,
+        main_idx_stride,
+        extra_idx,
+        extra_idx_stride,
+        HAS_EXTRA,
+    )
+    for t0 in range(start, end, BLOCK_T):
+        n0, n1, n2, n3, n4, n5, n6, nrope, nsc_lo, nsc_hi, nvalid = _load_tile(
+            idx,
+            pos,
+            n_main,
+            main_u8,
+            main_page,
+            main_page_bytes,
+            main_shift,
+            extra_u8,
+            extra_page,
+            extra_page_bytes,
+            extra_shift,
+            HAS_EXTRA,
+            POW2_PAGES,
+        )
+        pos += BLOCK_T
+        idx = _load_indices(
+            pos,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
+
+        # Each KV column group is dequantised once, then shared by all BLOCK_H heads. Even and
+        # odd groups go to two score accumulators: at 32 heads each warp owns one 16x8 score
+        # tile, so this halves its chain of dependent MMAs.
+        k0 = _dequant(r0, sc_lo, sc_hi, 0, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 0, MMA_DTYPE), tl.trans(k0))
+        k1 = _dequant(r1, sc_lo, sc_hi, 1, MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 1, MMA_DTYPE), tl.trans(k1))
+        k2 = _dequant(r2, sc_lo, sc_hi, 2, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 2, MMA_DTYPE), tl.trans(k2), s)
+        k3 = _dequant(r3, sc_lo, sc_hi, 3, MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 3, MMA_DTYPE), tl.trans(k3), s_odd)
+        k4 = _dequant(r4, sc_lo, sc_hi, 4, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 4, MMA_DTYPE), tl.trans(k4), s)
+        k5 = _dequant(r5, sc_lo, sc_hi, 5, MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 5, MMA_DTYPE), tl.trans(k5), s_odd)
+        k6 = _dequant(r6, sc_lo, sc_hi, 6, MMA_DTYPE)
+        s = tl.dot(_q_chunk(q_ptrs, q_mask, 6, MMA_DTYPE), tl.trans(k6), s)
+        k7 = rope.to(MMA_DTYPE)
+        s_odd = tl.dot(_q_chunk(q_ptrs, q_mask, 7, MMA_DTYPE), tl.trans(k7), s_odd)
+
+        s = tl.where(valid[None, :], (s + s_odd) * qk_scale_log2, float("-inf"))
+        m_tile = tl.max(s, 1)
+        # Lazy rescale: move the running max (and the accumulators, 64 values per thread at 32
+        # heads) only when some row's max grew by more than 2^8; otherwise p <= 2^8, which the
+        # bf16 P and the fp32 sums and accumulators hold without loss. One CTA-wide max decides.
+        if tl.max(m_tile - m_i, 0) > 8.0:
+            m_new = tl.maximum(m_i, m_tile)
+            a = tl.math.exp2(m_i - m_new)[:, None]
+            acc0 = acc0 * a
+            acc1 = acc1 * a
+            acc2 = acc2 * a
+            acc3 = acc3 * a
+            acc4 = acc4 * a
+            acc5 = acc5 * a
+            acc6 = acc6 * a
+            acc7 = acc7 * a
+            l_part = l_part * a
+            m_i = m_new
+        p = tl.math.exp2(s - m_i[:, None])
+        l_part += p
+        p = p.to(tl.bfloat16).to(MMA_DTYPE)
+        acc7 = tl.dot(p, k7, acc7)
+        acc0 = tl.dot(p, k0, acc0)
+        acc1 = tl.dot(p, k1, acc1)
+        acc2 = tl.dot(p, k2, acc2)
+        acc3 = tl.dot(p, k3, acc3)
+        acc4 = tl.dot(p, k4, acc4)
+        acc5 = tl.dot(p, k5, acc5)
+        acc6 = tl.dot(p, k6, acc6)
+        r0, r1, r2, r3, r4, r5, r6, rope, sc_lo, sc_hi, valid = (
+            n0,
+            n1,
+            n2,
+            n3,
+            n4,
+            n5,
+            n6,
+            nrope,
+            nsc_lo,
+            nsc_hi,
+            nvalid,
+        )
+
+    l_i = tl.sum(l_part, 1)
+    if SPLIT:
+        # Normalised partial output + log2 LSE; the combine kernel merges and adds the sink.
+        factor, lse2 = _finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
+        base = (row * num_splits + split) * H + heads
+        tl.store(part_lse_ptr + base, lse2, mask=head_ok)
+        o_ptrs = part_out_ptr + base[:, None] * _D + dim[None, :]
+    else:
+        factor, lse2 = _finish_rows(m_i, l_i, sink_ptr, heads, head_ok, HAS_SINK)
+        tl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
+        o_ptrs = out_ptr + (row * H + heads)[:, None] * _D + dim[None, :]
+    o_mask = head_ok[:, None]
+    _store_chunk(o_ptrs, acc0, factor, o_mask, 0)
+    _store_chunk(o_ptrs, acc1, factor, o_mask, 1)
+    _store_chunk(o_ptrs, acc2, factor, o_mask, 2)
+    _store_chunk(o_ptrs, acc3, factor, o_mask, 3)
+    _store_chunk(o_ptrs, acc4, factor, o_mask, 4)
+    _store_chunk(o_ptrs, acc5, factor, o_mask, 5)
+    _store_chunk(o_ptrs, acc6, factor, o_mask, 6)
+    _store_chunk(o_ptrs, acc7, factor, o_mask, 7)
+
+
+@triton.jit
+def _combine_splits_kernel(
+    part_out_ptr,
+    part_lse_ptr,
+    sink_ptr,
+    out_ptr,
+    lse_ptr,
+    H,
+    num_splits,
+    HAS_SINK: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SPLITS_AT_ONCE: tl.constexpr,
+):
+    """Merge the splits of one (row, BLOCK_H heads, BLOCK_D columns) by LSE, add the sink, write
+    bf16. SPLITS_AT_ONCE partials load per step, merged with a running max as in the decode
+    loop; `combine_launch` picks the shape."""
+    row = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    d0 = tl.program_id(2) * BLOCK_D
+    cols = d0 + tl.arange(0, BLOCK_D)
+    hi = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    tok_w = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    for s0 in range(0, num_splits, SPLITS_AT_ONCE):
+        sp = s0 + tl.arange(0, SPLITS_AT_ONCE)
+        ok = (sp < num_splits)[:, None] & head_ok[None, :]
+        base = (row * num_splits + sp)[:, None] * H + heads[None, :]  # [splits, heads]
+        # Splits without a token hold lse = -inf and a zero partial, so no load waits on a weight.
+        lse_s = tl.load(part_lse_ptr + base, mask=ok, other=float("-inf"))
+        o_s = tl.load(
+            part_out_ptr + base[:, :, None] * _D + cols[None, None, :],
+            mask=ok[:, :, None],
+            other=0.0,
+        )
+        new_hi = tl.maximum(hi, tl.max(lse_s, 0))
+        new_safe = tl.where(new_hi == float("-inf"), 0.0, new_hi)
+        alpha = tl.math.exp2(hi - new_safe)
+        w = tl.math.exp2(lse_s - new_safe[None, :])
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o_s, 0)
+        tok_w = tok_w * alpha + tl.sum(w, 0)
+        hi = new_hi
+    hi_safe = tl.where(hi == float("-inf"), 0.0, hi)
+    factor, lse2 = _finish_rows(hi_safe, tok_w, sink_ptr, heads, head_ok, HAS_SINK)
+    o = acc * factor[:, None]
+    tl.store(
+        out_ptr + (row * H + heads)[:, None] * _D + cols[None, :],
+        o.to(tl.bfloat16),
+        mask=head_ok[:, None],
+    )
+    if d0 == 0:
+        tl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
+
+
+# ----------------------------------------------------------------------------- Gluon path
+# A second decode kernel in Gluon (explicit layouts), 16 heads per program, for the shapes where it
+# measured faster (`pick_config`). Per tile of BLOCK_T tokens: the raw KV bytes (7 fp8 groups, rope,
+# the 8 scale bytes) land in a STAGES-deep shared-memory ring through cp.async, so the gather stays
+# in flight without holding registers; both MMAs (mma.sync m16n8k16, as on sm_120) read K straight
+# from that ring in their operand layouts; the UE8M0 scales multiply the [16, T] partial scores and
+# P (powers of two: exact), not K. Registers 168 (sm_120), shared memory 42-63 KB, no spills
+# (tests/test_mma_aot.py): two programs per SM on sm_120.
+@gluon.jit
+def _g_bf16_scale(e, BITS: gl.constexpr):
+    """bf16 2^(e-127+60) (BITS: with V = fp8 * 2^-120, exact for e < 195), else 2^(e-127)."""
+    if BITS:
+        e = e + 60
+    return (e << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+
+
+@gluon.jit
+def _g_pow2(e):
+    return (e << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _g_fp8_bits_to_bf16(raw):
+    """e4m3 bytes -> bf16 holding value * 2^-120, exact for normals and subnormals: the byte's
+    exponent and mantissa bits move to bf16 bits 4..10 and its sign to bit 15 (integer pipe only,
+    no conversion-pipe instructions). Callers fold 2^120 into the scale they apply anyway."""
+    return gl.inline_asm_elementwise(
+        """{
+        .reg .b32 t0, t1, u0, u1, v0, v1;
+        prmt.b32 t0, $2, 0, 0x4140;
+        prmt.b32 t1, $2, 0, 0x4342;
+        shl.b32 u0, t0, 4;
+        shl.b32 u1, t1, 4;
+        shl.b32 v0, t0, 8;
+        shl.b32 v1, t1, 8;
+        and.b32 v0, v0, 0x80008000;
+        and.b32 v1, v1, 0x80008000;
+        lop3.b32 $0, u0, 0x07F007F0, v0, 0xEA;
+        lop3.b32 $1, u1, 0x07F007F0, v1, 0xEA;
+        }""",
+        "=r,=r,r",
+        [raw],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _g_k(raw, BITS: gl.constexpr):
+    """fp8 bytes -> bf16 MMA operand: value * 2^-120 by bit placement (BITS) or the exact value by cvt."""
+    if BITS:
+        return _g_fp8_bits_to_bf16(raw)
+    else:
+        return raw.to(gl.float8e4nv, bitcast=True).to(gl.bfloat16)
+
+
+@gluon.jit
+def _g_kop(
+    nope,
+    kbf_s,
+    G: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    B_OP: gl.constexpr,
+    BITS: gl.constexpr,
+    DQ: gl.constexpr,
+    TRANS: gl.constexpr,
+):
+    """Column group G of the tile as an MMA B operand: [64, T] (TRANS, for QK) or [T, 64] (PV), from
+    the bf16 copy (DQ) or straight from the fp8 bytes."""
+    if DQ:
+        src = kbf_s.slice(G * BLOCK_T, BLOCK_T)
+        if TRANS:
+            src = src.permute((1, 0))
+        return src.load(B_OP)
+    else:
+        src = nope.slice(G * BLOCK_T, BLOCK_T)
+        if TRANS:
+            src = src.permute((1, 0))
+        return _g_k(src.load(B_OP), BITS)
+
+
+@gluon.jit
+def _g_indices(
+    pos,
+    row,
+    n_main,
+    end,
+    main_idx,
+    main_idx_stride,
+    extra_idx,
+    extra_idx_stride,
+    HAS_EXTRA: gl.constexpr,
+):
+    in_range = pos < end
+    in_main = pos < n_main
+    idx = gl.load(
+        main_idx + row * main_idx_stride + pos, mask=in_range & in_main, other=-1
+    )
+    if HAS_EXTRA:
+        e_idx = gl.load(
+            extra_idx + row * extra_idx_stride + (pos - n_main),
+            mask=in_range & (pos >= n_main),
+            other=-1,
+        )
+        idx = gl.where(in_main, idx, e_idx)
+    return idx
+
+
+@gluon.jit
+def _g_issue_tile(
+    idx,
+    pos,
+    n_main,
+    nope_s,
+    rope_s,
+    sc_s,
+    main_u8,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    HAS_EXTRA: gl.constexpr,
+    POW2_PAGES: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+):
+    """cp.async of one tile's bytes: nope [8, T, 64] u8 (group 7 unused), rope [T, 64] bf16, scales [T, 2] i32.
+    idx / pos in the token layout of the nope copy."""
+    # Per-token address in three layouts (one per copy); computed once in a 1-D layout then converted.
+    valid = idx >= 0
+    idx = gl.where(valid, idx, 0)
+    base = main_u8
+    page_size = main_page
+    shift = main_shift
+    page_bytes = main_page_bytes.to(gl.int64)
+    if HAS_EXTRA:
+        in_main = pos < n_main
+        base = gl.where(in_main, main_u8, extra_u8)
+        page_size = gl.where(in_main, main_page, extra_page)
+        shift = gl.where(in_main, main_shift, extra_shift)
+        page_bytes = gl.where(in_main, main_page_bytes, extra_page_bytes).to(gl.int64)
+    if POW2_PAGES:
+        page = (idx >> shift).to(gl.int64)
+        off = idx & (page_size - 1)
+    else:
+        page = (idx // page_size).to(gl.int64)
+        off = idx % page_size
+    data = base + gl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
+    scale = base + (
+        page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES)
+    )
+
+    # One token -> thread mapping (lane // 4 + 8 * warp) in all three copy layouts, so the per-token
+    # address converts between them without data movement.
+    L3: gl.constexpr = gl.BlockedLayout(
+        [1, 1, 16], [1, 8, 4], [1, NUM_WARPS, 1], [2, 1, 0]
+    )
+    LG3: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    LC3: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, L3))
+    g = gl.arange(0, 8, layout=LG3)
+    c = gl.arange(0, 64, layout=LC3)
+    p3 = data[None, :, None] + (g * 64)[:, None, None] + c[None, None, :]
+    m3 = valid[None, :, None] & (g < 7)[:, None, None] & (c < 64)[None, None, :]
+    async_copy.async_copy_global_to_shared(
+        nope_s.reshape([8, BLOCK_T, 64]), p3, mask=m3
+    )
+
+    LR: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [NUM_WARPS, 1], [1, 0])
+    dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
+    vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
+    cr = gl.arange(0, 64, layout=gl.SliceLayout(0, LR))
+    pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
+    async_copy.async_copy_global_to_shared(
+        rope_s, pr, mask=vr[:, None] & (cr < 64)[None, :]
+    )
+
+    # The 7 UE8M0 bytes (+1 pad) of a token as one 8-byte word (the 4 lanes of a token copy it alike).
+    ds = gl.convert_layout(scale, gl.SliceLayout(1, LR), assert_trivial=True)
+    async_copy.async_copy_global_to_shared(
+        sc_s, ds.to(gl.pointer_type(gl.int64)), mask=vr
+    )
+
+
+@gluon.jit
+def _g_q(
+    q_s,
+    qa_ptrs,
+    qa_mask,
+    G: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    A_OP: gl.constexpr,
+    Q_SMEM: gl.constexpr,
+):
+    if Q_SMEM:
+        return q_s.slice(G * BLOCK_H, BLOCK_H).load(A_OP)
+    else:
+        return gl.load(qa_ptrs + G * 64, mask=qa_mask, other=0.0)
+
+
+@gluon.jit
+def _g_finish_rows(m2, l, sink_ptr, heads, head_ok, HAS_SINK: gl.constexpr):
+    has_tok = l > 0.0
+    safe_l = gl.where(has_tok, l, 1.0)
+    lse2 = gl.where(has_tok, m2 + gl.log2(safe_l), float("-inf"))
+    factor = gl.where(has_tok, 1.0 / safe_l, 0.0)
+    if HAS_SINK:
+        sink2 = gl.load(sink_ptr + heads, mask=head_ok, other=float("-inf")) * _LOG2E
+        w = 1.0 / (1.0 + gl.exp2(sink2 - lse2))
+        hi = gl.maximum(lse2, sink2)
+        inf_hi = (hi == float("inf")) | (hi == float("-inf"))
+        hi_safe = gl.where(inf_hi, 0.0, hi)
+        lse2 = gl.where(
+            inf_hi,
+            hi,
+            hi_safe + gl.log2(gl.exp2(lse2 - hi_safe) + gl.exp2(sink2 - hi_safe)),
+        )
+        factor = gl.where(has_tok, factor * w, 0.0)
+    return factor, lse2
+
+
+@gluon.jit
+def _gluon_sparse_decode_kernel(
+    q_ptr,
+    stride_qb,
+    stride_qh,
+    main_u8,
+    main_idx,
+    main_idx_stride,
+    main_len,
+    main_topk,
+    main_page,
+    main_page_bytes,
+    main_shift,
+    extra_u8,
+    extra_idx,
+    extra_idx_stride,
+    extra_len,
+    extra_topk,
+    extra_page,
+    extra_page_bytes,
+    extra_shift,
+    sink_ptr,
+    out_ptr,
+    lse_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    H,
+    num_splits,
+    qk_scale_log2,
+    HAS_MAIN_LEN: gl.constexpr,
+    HAS_EXTRA: gl.constexpr,
+    HAS_EXTRA_LEN: gl.constexpr,
+    HAS_SINK: gl.constexpr,
+    SPLIT: gl.constexpr,
+    POW2_PAGES: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+    Q_SMEM: gl.constexpr,
+    BITS: gl.constexpr,
+    DQ: gl.constexpr,
+    PAD: gl.constexpr,
+):
+    BLOCK_H: gl.constexpr = 16
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[2, 0], warps_per_cta=[1, NUM_WARPS], instr_shape=[16, 8]
+    )
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    ROWS: gl.constexpr = gl.SliceLayout(1, MMA)
+    COLS: gl.constexpr = gl.SliceLayout(0, MMA)
+    TOK: gl.constexpr = gl.SliceLayout(
+        0,
+        gl.SliceLayout(
+            2, gl.BlockedLayout([1, 1, 16], [1, 8, 4], [1, NUM_WARPS, 1], [2, 1, 0])
+        ),
+    )
+    P_COLS: gl.constexpr = gl.SliceLayout(0, A_OP)
+
+    hg = gl.program_id(0)
+    split = gl.program_id(1)
+    row = gl.program_id(2).to(gl.int64)
+
+    n_main = main_topk
+    if HAS_MAIN_LEN:
+        n_main = gl.minimum(gl.load(main_len + row), main_topk)
+    n_main = gl.maximum(n_main, 0)
+    n_extra = 0
+    if HAS_EXTRA:
+        n_extra = extra_topk
+        if HAS_EXTRA_LEN:
+            n_extra = gl.minimum(gl.load(extra_len + row), extra_topk)
+        n_extra = gl.maximum(n_extra, 0)
+    total = n_main + n_extra
+    chunk = gl.cdiv(gl.cdiv(total, num_splits), BLOCK_T) * BLOCK_T
+    start = split * chunk
+    end = gl.minimum(start + chunk, total)
+    n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_T)
+
+    # q of the head group -> shared memory once, [8 groups, 16, 64] bf16.
+    # q of the head group: once into shared memory (Q_SMEM), else read per tile straight from global
+    # (L1-resident) into the MMA operand layout, which leaves 16 KB of shared memory for a second CTA.
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0])
+    qa_h = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, A_OP))
+    qa_c = gl.arange(0, 64, layout=gl.SliceLayout(0, A_OP))
+    qa_ptrs = q_ptr + row * stride_qb + (qa_h * stride_qh)[:, None] + qa_c[None, :]
+    qa_mask = (qa_h < H)[:, None] & (qa_c < 64)[None, :]
+    if Q_SMEM:
+        qr = gl.arange(
+            0, 8 * BLOCK_H, layout=gl.SliceLayout(1, QL)
+        )  # group-major rows: g * 16 + head
+        qh = hg * BLOCK_H + qr % BLOCK_H
+        qc = gl.arange(0, 64, layout=gl.SliceLayout(0, QL))
+        q_vals = gl.load(
+            q_ptr
+            + row * stride_qb
+            + (qh * stride_qh + (qr // BLOCK_H) * 64)[:, None]
+            + qc[None, :],
+            mask=(qh < H)[:, None] & (qc < 64)[None, :],
+            other=0.0,
+        )
+        q_s = gl.allocate_shared_memory(
+            gl.bfloat16,
+            [8 * BLOCK_H, 64],
+            gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]),
+            q_vals,
+        )
+    else:
+        q_s = 0
+
+    nope_s = gl.allocate_shared_memory(
+        gl.uint8,
+        [STAGES, 8 * BLOCK_T, 64],
+        gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=4, order=[1, 0]),
+    )
+    rope_s = gl.allocate_shared_memory(
+        gl.bfloat16,
+        [STAGES, BLOCK_T, 64],
+        gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]),
+    )
+    sc_s = gl.allocate_shared_memory(
+        gl.int64,
+        [STAGES, BLOCK_T],
+        gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]),
+    )
+    if DQ:
+        # One dequantised bf16 copy of the tile's 7 fp8 groups (slot 7 unused), read by both MMAs
+        # through ldmatrix: a byte-wise gather of each operand costs ~4x the shared-memory instructions.
+        kbf_s = gl.allocate_shared_memory(
+            gl.bfloat16,
+            [8 * BLOCK_T, 64],
+            gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0]),
+        )
+    else:
+        kbf_s = 0
+    DQ_L: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [NUM_WARPS, 1], [1, 0])
+    PAD_L: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    if PAD > 0:
+        # Benchmark-only: unused shared memory that limits programs per SM (an sm_120 occupancy proxy).
+        pad_s = gl.allocate_shared_memory(
+            gl.float32, [PAD // 4], gl.SwizzledSharedLayout(1, 1, 1, [0])
+        )
+        pad_s.slice(0, 128).store(gl.zeros([128], gl.float32, PAD_L))
+    else:
+        pad_s = 0
+
+    # Prologue: tiles 0 .. STAGES-2 in flight; indices of tile STAGES-1 in registers.
+    tok = gl.arange(0, BLOCK_T, layout=TOK)
+    for s0 in gl.static_range(STAGES - 1):
+        pos = start + s0 * BLOCK_T + tok
+        idx = _g_indices(
+            pos,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
+        _g_issue_tile(
+            idx,
+            pos,
+            n_main,
+            nope_s.index(s0),
+            rope_s.index(s0),
+            sc_s.index(s0),
+            main_u8,
+            main_page,
+            main_page_bytes,
+            main_shift,
+            extra_u8,
+            extra_page,
+            extra_page_bytes,
+            extra_shift,
+            HAS_EXTRA,
+            POW2_PAGES,
+            BLOCK_T,
+            NUM_WARPS,
+        )
+        async_copy.commit_group()
+    pos_n = start + (STAGES - 1) * BLOCK_T + tok
+    idx_n = _g_indices(
+        pos_n,
+        row,
+        n_main,
+        end,
+        main_idx,
+        main_idx_stride,
+        extra_idx,
+        extra_idx_stride,
+        HAS_EXTRA,
+    )
+
+    m_i = gl.full([BLOCK_H], -1.0e30, gl.float32, ROWS)
+    l_part = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
+    acc0 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc1 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc2 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc3 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc4 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc5 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc6 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    acc7 = gl.zeros([BLOCK_H, 64], gl.float32, MMA)
+    tcol = gl.arange(0, BLOCK_T, layout=COLS)
+    for j in range(0, n_tiles):
+        # Validity of this tile's tokens in the score layout (indices are L1/L2-hot).
+        pos_c = start + j * BLOCK_T + tcol
+        idx_c = _g_indices(
+            pos_c,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
+        # Tile j landed (this thread's copies), then one barrier: every thread's copies visible and
+        # every warp done with tile j-1, whose stage the next issue overwrites.
+        async_copy.wait_group(STAGES - 2)
+        gl.thread_barrier()
+        ns = (j + STAGES - 1) % STAGES
+        _g_issue_tile(
+            idx_n,
+            pos_n,
+            n_main,
+            nope_s.index(ns),
+            rope_s.index(ns),
+            sc_s.index(ns),
+            main_u8,
+            main_page,
+            main_page_bytes,
+            main_shift,
+            extra_u8,
+            extra_page,
+            extra_page_bytes,
+            extra_shift,
+            HAS_EXTRA,
+            POW2_PAGES,
+            BLOCK_T,
+            NUM_WARPS,
+        )
+        async_copy.commit_group()
+        pos_n += BLOCK_T
+        idx_n = _g_indices(
+            pos_n,
+            row,
+            n_main,
+            end,
+            main_idx,
+            main_idx_stride,
+            extra_idx,
+            extra_idx_stride,
+            HAS_EXTRA,
+        )
+
+        st = j % STAGES
+        nope = nope_s.index(st)
+        sc = sc_s.index(st).load(COLS)
+        sc_lo = sc.to(gl.int32)
+        sc_hi = (sc >> 32).to(gl.int32)
+        if DQ:
+            for g in gl.static_range(7):
+                kbf_s.slice(g * BLOCK_T, BLOCK_T).store(
+                    _g_k(nope.slice(g * BLOCK_T, BLOCK_T).load(DQ_L), BITS)
+                )
+        # QK: per column group an unscaled fp8 -> bf16 MMA, the UE8M0 scale applied to the [16, T] scores.
+        s = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
+        for g in gl.static_range(7):
+            kt = _g_kop(nope, kbf_s, g, BLOCK_T, B_OP, BITS, DQ, True)
+            s_g = mma_v2(
+                _g_q(q_s, qa_ptrs, qa_mask, g, BLOCK_H, A_OP, Q_SMEM),
+                kt,
+                gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA),
+            )
+            if g < 4:
+                e = (sc_lo >> (8 * g)) & 0xFF
+            else:
+                e = (sc_hi >> (8 * (g - 4))) & 0xFF
+            if BITS:
+                s_g = s_g * 1.329227995784916e36  # 2^120 from the bit placement
+            s += s_g * _g_pow2(e)[None, :]
+        s = mma_v2(
+            _g_q(q_s, qa_ptrs, qa_mask, 7, BLOCK_H, A_OP, Q_SMEM),
+            rope_s.index(st).permute((1, 0)).load(B_OP),
+            s,
+        )
+
+        valid = idx_c >= 0
+        s = gl.where(valid[None, :], s * qk_scale_log2, float("-inf"))
+        m_tile = gl.max(s, 1)
+        if gl.max(m_tile - m_i, 0) > 8.0:
+            m_new = gl.maximum(m_i, m_tile)
+            a = gl.exp2(m_i - m_new)[:, None]
+            acc0 = acc0 * a
+            acc1 = acc1 * a
+            acc2 = acc2 * a
+            acc3 = acc3 * a
+            acc4 = acc4 * a
+            acc5 = acc5 * a
+            acc6 = acc6 * a
+            acc7 = acc7 * a
+            l_part = l_part * a
+            m_i = m_new
+        p = gl.exp2(s - m_i[:, None])
+        l_part += p
+        # P once into the A-operand layout (every warp needs all T columns), then per group
+        # times that group's token scales in bf16, a power of two (exact): 2^(e-127) with V
+        # the raw fp8 value, or with BITS 2^(e-127+60) with V = fp8 * 2^-120, so the nope
+        # accumulators carry 2^-60 (undone at the end).
+        p_a = gl.convert_layout(p.to(gl.bfloat16), A_OP)
+        psc = sc_s.index(st).load(P_COLS)
+        psc_lo = psc.to(gl.int32)
+        psc_hi = (psc >> 32).to(gl.int32)
+        rope_v = rope_s.index(st).load(B_OP)
+        acc7 = mma_v2(p_a, rope_v, acc7)
+        v = _g_kop(nope, kbf_s, 0, BLOCK_T, B_OP, BITS, DQ, False)
+        acc0 = mma_v2(p_a * _g_bf16_scale(psc_lo & 0xFF, BITS)[None, :], v, acc0)
+        v = _g_kop(nope, kbf_s, 1, BLOCK_T, B_OP, BITS, DQ, False)
+        acc1 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 8) & 0xFF, BITS)[None, :], v, acc1)
+        v = _g_kop(nope, kbf_s, 2, BLOCK_T, B_OP, BITS, DQ, False)
+        acc2 = mma_v2(
+            p_a * _g_bf16_scale((psc_lo >> 16) & 0xFF, BITS)[None, :], v, acc2
+        )
+        v = _g_kop(nope, kbf_s, 3, BLOCK_T, B_OP, BITS, DQ, False)
+        acc3 = mma_v2(
+            p_a * _g_bf16_scale((psc_lo >> 24) & 0xFF, BITS)[None, :], v, acc3
+        )
+        v = _g_kop(nope, kbf_s, 4, BLOCK_T, B_OP, BITS, DQ, False)
+        acc4 = mma_v2(p_a * _g_bf16_scale(psc_hi & 0xFF, BITS)[None, :], v, acc4)
+        v = _g_kop(nope, kbf_s, 5, BLOCK_T, B_OP, BITS, DQ, False)
+        acc5 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 8) & 0xFF, BITS)[None, :], v, acc5)
+        v = _g_kop(nope, kbf_s, 6, BLOCK_T, B_OP, BITS, DQ, False)
+        acc6 = mma_v2(
+            p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, BITS)[None, :], v, acc6
+        )
+    async_copy.wait_group(0)
+
+    heads = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS)
+    head_ok = heads < H
+    l_i = gl.sum(l_part, 1)
+    if PAD > 0:
+        l_i += gl.sum(
+            pad_s.slice(0, 128).load(PAD_L), 0
+        )  # zeros; keeps the padding allocated
+    dim = gl.arange(0, 64, layout=COLS)
+    if SPLIT:
+        factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
+        base = (row * num_splits + split) * H + heads
+        gl.store(part_lse_ptr + base, lse2, mask=head_ok)
+        o_ptrs = part_out_ptr + base[:, None] * _D + dim[None, :]
+    else:
+        factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, HAS_SINK)
+        gl.store(lse_ptr + row * H + heads, lse2 * _LN2, mask=head_ok)
+        o_ptrs = out_ptr + (row * H + heads)[:, None] * _D + dim[None, :]
+    o_mask = head_ok[:, None] & (dim < 64)[None, :]
+    f = factor[:, None]
+    if BITS:
+        fn = f * 1.152921504606846976e18  # 2^60: the nope accumulators carry 2^-60
+    else:
+        fn = f
+    gl.store(o_ptrs + 0, (acc0 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + 64, (acc1 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + 128, (acc2 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + 192, (acc3 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + 256, (acc4 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + 320, (acc5 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + 384, (acc6 * fn).to(o_ptrs.dtype.element_ty), mask=o_mask)
+    gl.store(o_ptrs + _NOPE_DIM, (acc7 * f).to(o_ptrs.dtype.element_ty), mask=o_mask)
+
+
+# ----------------------------------------------------------------------------- configs
+# One entry per config, everything about it in one place: `launch`, the kernel's compile-time shape, and the
+# split rule pick_num_splits applies to it: `per_sm` programs resident per SM (sm_120; by shared memory and
+# registers) and `min_split`, the smallest slice of a row's token list worth a split of its own. Every entry
+# is compiled for sm_120 and sm_90 by tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no
+# register spills).
+# Triton kernel: launch = (BLOCK_H, BLOCK_T, num_warps, num_stages).
+MMA_CONFIGS = {
+    # 33 KB shared, ~232 registers: two CTAs per SM on sm_120 and sm_90
+    "h16_t16_w4": dict(launch=(16, 16, 4, 1), per_sm=2, min_split=32),
+    "h16_t64_w8": dict(launch=(16, 64, 8, 1), per_sm=1, min_split=64),
+    "h32_t32_w8": dict(launch=(32, 32, 8, 1), per_sm=1, min_split=64),
+}
+# Gluon kernel (16 heads per program): launch = (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS, DQ). Q_SMEM keeps
+# q in shared memory (else it is re-read from L1 per tile); BITS converts fp8 by bit placement on the
+# integer pipe instead of cvt; DQ dequantises each tile once into a bf16 copy for both MMAs. per_sm: two
+# programs on sm_120 with <= 49 KB of shared memory, else one.
+GLUON_CONFIGS = {
+    "g32s2": dict(
+        launch=(32, 2, 4, False, False, False), per_sm=2, min_split=64
+    ),  # 42 KB
+    "g32s2q": dict(
+        launch=(32, 2, 4, True, False, False), per_sm=1, min_split=64
+    ),  # 59 KB
+    "g32dqq": dict(
+        launch=(32, 2, 4, True, True, True), per_sm=1, min_split=64
+    ),  # 92 KB
+}
+_TUPLE_CONFIG_SPLIT_RULE = dict(
+    per_sm=1, min_split=64
+)  # configs given as launch tuples (tests, benchmarks)
+# Rows x heads up to which the combine loads every split at once (see combine_launch).
+_WIDE_COMBINE_MAX_ROW_HEADS = 512
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+# Gluon serves <= 16 heads (TP >= 4) from this many rows up: there it measured 3-17% faster than the
+# Triton configs on the H200 with one program per SM, which is what its 92 KB of shared memory gets on
+# sm_120 too (bench/results/2026-12-01-p1-gluon-run2-bench_mma_decode.txt; docs/mma_decode_notes.md).
+# Below 16 rows and at 64 heads (four 16-head programs per row) Triton stays.
+GLUON_CONFIG = "g32dqq"
+GLUON_MAX_HEADS = 16
+GLUON_MIN_BATCH = 16
+
+
+def pick_config(num_heads: int, batch: int) -> str:
+    """The config for a shape: Gluon for few heads and many rows, else pick_triton_config's."""
+    if num_heads <= GLUON_MAX_HEADS and batch >= GLUON_MIN_BATCH:
+        return GLUON_CONFIG
+    return pick_triton_config(num_heads, batch)
+
+
+def pick_triton_config(num_heads: int, batch: int) -> str:
+    """Static choice by shape, from the H200 split grid (bench/results/2026-11-29-probe-splits.txt,
+    docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
+    (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
+    twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads."""
+    if batch * num_heads <= 512:
+        return "h16_t16_w4"
+    if num_heads > 16 and batch * num_heads >= 16 * 64:
+        return "h32_t32_w8"
+    return "h16_t64_w8"
+
+
+def pick_num_splits(
+    batch: int, head_groups: int, list_width: int, sms: int, config=None
+) -> int:
+    """Split each row's token list until rows x head groups x splits fills the resident CTA slots
+    once (a second wave of splits cost more in partial-output traffic than it gained), keeping
+    at least the config's smallest slice per split."""
+    # A named config must exist (KeyError otherwise); launch tuples get the default rule.
+    rule = (
+        (MMA_CONFIGS.get(config) or GLUON_CONFIGS[config])
+        if isinstance(config, str)
+        else _TUPLE_CONFIG_SPLIT_RULE
+    )
+    want = max(1, rule["per_sm"] * sms // (batch * head_groups))
+    most = max(1, list_width // rule["min_split"])
+    return min(want, most)
+
+
+def combine_launch(batch: int, num_heads: int, num_splits: int):
+    """(grid, BLOCK_H, BLOCK_D, SPLITS_AT_ONCE, warps) of the split combine, from the H200
+    (bench/results/2026-11-29-run4-combine_shapes.txt): with few rows, programs of one head x 128
+    columns that load every split at once (latency: 9.5 against 23.6 us for the whole call at
+    batch 1, 64 heads, 20 splits); with many rows, 16 heads x 512 columns stepping one split at a
+    time (31.0 us at batch 16 against 38.7 for 16 x 128 programs loading 4 splits at once, whose
+    cross-split reduction goes through shared memory, and 39.4 for the one-head programs)."""
+    if batch * num_heads <= _WIDE_COMBINE_MAX_ROW_HEADS:
+        bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
+    else:
+        bh, bd, at_once = 16, 512, 1
+    return (batch, triton.cdiv(num_heads, bh), _D.value // bd), bh, bd, at_once, 4
+
+
+def _interpreted() -> bool:
+    # Triton 3.6's CPU interpreter does bf16 arithmetic (dot, mul) on the raw uint16 bits.
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_mma_sparse_decode_kernel, InterpretedFunction)
+
+
+def _page_shift(page_size: int) -> Optional[int]:
+    """log2 of a power-of-two page size, else None."""
+    return (
+        page_size.bit_length() - 1
+        if page_size > 0 and page_size & (page_size - 1) == 0
+        else None
+    )
+
+
+def _flat_u8(cache: torch.Tensor) -> torch.Tensor:
+    """The whole paged buffer behind a [pages, P, 1, 584] view, as flat bytes."""
+    page_bytes = cache.stride(0)
+    flat = cache.as_strided((cache.shape[0] * page_bytes,), (1,))
+    return flat.view(torch.uint8)
+
+
+def _int32_rows(indices: torch.Tensor, batch: int) -> torch.Tensor:
+    flat = indices.reshape(batch, -1)
+    if flat.dtype != torch.int32:
+        flat = flat.to(torch.int32)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    return flat
+
+
+def mma_sparse_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    softmax_scale: float,
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+    config=None,
+    num_splits: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Launch the kernels; returns (out [B,1,H,512] bf16, lse [B,H,1] f32).
+
+    `config` (a MMA_CONFIGS / GLUON_CONFIGS name or a launch tuple) and
+    `num_splits` override the shape table (benchmarks and tests use them).
+    """
+    B, s_q, H, D = q.shape
+    assert s_q == 1 and D == _D.value, (
+        f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
+    )
+    assert k_cache.element_size() == 1 and k_cache.shape[-1] == _TOKEN_BYTES.value
+    has_extra = extra_k_cache is not None and extra_indices is not None
+    q3 = q.reshape(B, H, D)
+    if q3.stride(-1) != 1:
+        q3 = q3.contiguous()
+
+    main_idx = _int32_rows(indices, B)
+    main_u8 = _flat_u8(k_cache)
+    main_page = k_cache.shape[1]
+    if has_extra:
+        assert (
+            extra_k_cache.element_size() == 1
+            and extra_k_cache.shape[-1] == _TOKEN_BYTES.value
+        )
+        extra_idx = _int32_rows(extra_indices, B)
+        extra_u8 = _flat_u8(extra_k_cache)
+        extra_page, extra_page_bytes = extra_k_cache.shape[1], extra_k_cache.stride(0)
+    else:
+        extra_idx, extra_u8 = main_idx, main_u8
+        extra_page, extra_page_bytes = 1, 0
+    width = main_idx.shape[1] + (extra_idx.shape[1] if has_extra else 0)
+    main_shift, extra_shift = _page_shift(main_page), _page_shift(extra_page)
+
+    if config is None:
+        config = pick_config(H, B)
+        # Gluon has no CPU interpreter; its path was measured and GPU-tested with power-of-two pages
+        # (every DSv4 pool) only.
+        if config in GLUON_CONFIGS and (
+            _interpreted() or main_shift is None or extra_shift is None
+        ):
+            config = pick_triton_config(H, B)
+    use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
+    if use_gluon:
+        # A tuple may carry a 7th entry: benchmark-only shared-memory padding in bytes (occupancy proxy).
+        gcfg = GLUON_CONFIGS[config]["launch"] if isinstance(config, str) else config
+        block_t, stages, warps, q_smem, bits, dq = gcfg[:6]
+        pad = gcfg[6] if len(gcfg) > 6 else 0
+        block_h = 16
+    else:
+        block_h, block_t, warps, stages = (
+            MMA_CONFIGS[config]["launch"] if isinstance(config, str) else config
+        )
+    head_groups = triton.cdiv(H, block_h)
+    if num_splits is None:
+        sms = _num_sms(q.device.index) if q.is_cuda else 8
+        num_splits = pick_num_splits(B, head_groups, width, sms, config)
+    split = num_splits > 1
+
+    out = torch.empty(B, H, D, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(B, H, dtype=torch.float32, device=q.device)
+    if split:
+        part_out = torch.empty(
+            B, num_splits, H, D, dtype=torch.float32, device=q.device
+        )
+        part_lse = torch.empty(B, num_splits, H, dtype=torch.float32, device=q.device)
+    else:
+        part_out, part_lse = out, lse  # unused
+    dummy_len = main_idx
+    sink = attn_sink if attn_sink is not None else lse
+    if attn_sink is not None and attn_sink.dtype != torch.float32:
+        sink = attn_sink.float()
+
+    args = (
+        q3,
+        q3.stride(0),
+        q3.stride(1),
+        main_u8,
+        main_idx,
+        main_idx.stride(0),
+        topk_length if topk_length is not None else dummy_len,
+        main_idx.shape[1],
+        main_page,
+        k_cache.stride(0),
+        main_shift or 0,
+        extra_u8,
+        extra_idx,
+        extra_idx.stride(0),
+        extra_topk_length
+        if (has_extra and extra_topk_length is not None)
+        else dummy_len,
+        extra_idx.shape[1] if has_extra else 0,
+        extra_page,
+        extra_page_bytes,
+        extra_shift or 0,
+        sink,
+        out,
+        lse,
+        part_out,
+        part_lse,
+        H,
+        num_splits,
+        softmax_scale * _LOG2E.value,
+    )
+    flags = dict(
+        HAS_MAIN_LEN=topk_length is not None,
+        HAS_EXTRA=has_extra,
+        HAS_EXTRA_LEN=has_extra and extra_topk_length is not None,
+        HAS_SINK=attn_sink is not None,
+        SPLIT=split,
+        POW2_PAGES=main_shift is not None and extra_shift is not None,
+    )
+    if use_gluon:
+        _gluon_sparse_decode_kernel[(head_groups, num_splits, B)](
+            *args,
+            **flags,
+            BLOCK_T=block_t,
+            STAGES=stages,
+            NUM_WARPS=warps,
+            Q_SMEM=q_smem,
+            BITS=bits,
+            DQ=dq,
+            PAD=pad,
+            num_warps=warps,
+        )
+    else:
+        _mma_sparse_decode_kernel[(head_groups, num_splits, B)](
+            *args,
+            **flags,
+            BLOCK_H=block_h,
+            BLOCK_T=block_t,
+            MMA_DTYPE=tl.float32 if _interpreted() else tl.bfloat16,
+            num_warps=warps,
+            num_stages=stages,
+        )
+    if split:
+        grid, cbh, cbd, at_once, cwarps = combine_launch(B, H, num_splits)
+        _combine_splits_kernel[grid](
+            part_out,
+            part_lse,
+            sink,
+            out,
+            lse,
+            H,
+            num_splits,
+            HAS_SINK=attn_sink is not None,
+            BLOCK_H=cbh,
+            BLOCK_D=cbd,
+            SPLITS_AT_ONCE=at_once,
+            num_warps=cwarps,
+        )
+    return out.unsqueeze(1), lse.unsqueeze(-1)
+
+
+# ----------------------------------------------------------------------------- custom op
+@torch.library.custom_op("sglang_sm120::mma_sparse_decode", mutates_args=())
+def _mma_sparse_decode_op(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    softmax_scale: float,
+    extra_k_cache: Optional[torch.Tensor],
+    extra_indices: Optional[torch.Tensor],
+    extra_topk_length: Optional[torch.Tensor],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    return mma_sparse_decode(
+        q,
+        k_cache,
+        indices,
+        topk_length,
+        attn_sink,
+        softmax_scale,
+        extra_k_cache,
+        extra_indices,
+        extra_topk_length,
+    )
+
+
+@_mma_sparse_decode_op.register_fake
+def _(
+    q,
+    k_cache,
+    indices,
+    topk_length,
+    attn_sink,
+    softmax_scale,
+    extra_k_cache,
+    extra_indices,
+    extra_topk_length,
+):
+    B, _, H, D = q.shape
+    return q.new_empty(B, 1, H, D), q.new_empty(B, H, 1, dtype=torch.float32)
+
+
+def flash_mla_sparse_decode_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor],
+    attn_sink: Optional[torch.Tensor],
+    head_dim_v: int,
+    softmax_scale: Optional[float],
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Same contract as `flash_mla_sparse_decode_triton`: (out [B,1,H,512] bf16, lse [B,H,1]).
+
+    lse is the natural-log LSE over the valid tokens of both caches and the sink.
+    """
+    assert head_dim_v == _D.value, f"head_dim_v must be {_D.value}"
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** (-0.5)
+    if extra_k_cache is None or extra_indices is None:
+        extra_k_cache = extra_indices = extra_topk_length = None
+    return _mma_sparse_decode_op(
+        q,
+        k_cache,
+        indices,
+        topk_length,
+        attn_sink,
+        float(softmax_scale),
+        extra_k_cache,
+        extra_indices,
+        extra_topk_length,
+    )

@@ -1,0 +1,88 @@
+"""Load 0.5.23's sm_120 decode dispatcher and `_kernel_num_heads` from a tree without the serving runtime.
+
+The dispatcher module imports sglang.srt.environ (stdlib only, loaded from the tree) and
+sglang.srt.utils (the whole runtime) for `is_hip`, which a CPU test answers False; the overlay
+kernel module, where the tree has it, is loaded by path under its package name, since
+sglang/kernels/__init__.py pulls in msgspec and every op group.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import types
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness.upstream import import_from_tree, load_module, tree_package
+
+DISPATCHER = "sglang/kernels/ops/attention/flash_mla_sm120.py"
+MMA = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
+MODEL = "sglang/srt/models/deepseek_v4.py"
+SELECTOR = "SGLANG_SM120_FLASHMLA_BACKEND"
+MMA_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_mma"
+
+
+@contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def dispatcher(root: Path, backend: str) -> types.ModuleType:
+    """The tree's flash_mla_sm120 module with SGLANG_SM120_FLASHMLA_BACKEND=backend read at import."""
+    root = Path(root)
+    with _env(SELECTOR, backend), tree_package(root, "sglang"):
+        envs_mod = import_from_tree(root, "sglang.srt.environ")
+        utils = types.ModuleType("sglang.srt.utils")
+        utils.is_hip = lambda: False
+        sys.modules["sglang.srt.environ"] = envs_mod
+        sys.modules["sglang.srt.utils"] = utils
+        if (root / MMA).is_file():
+            sys.modules[MMA_MODULE] = load_module(root / MMA)
+        module = load_module(root / DISPATCHER)
+        # The mma branch imports its kernel at call time: keep that module reachable after the context.
+        module._test_mma = sys.modules.get(MMA_MODULE)
+    return module
+
+
+def kernel_num_heads(root: Path, backend: str):
+    """MqaAttentionBase._kernel_num_heads of the tree's deepseek_v4.py, compiled alone, on a simulated sm_120.
+
+    Returns f(n_heads, n_local_heads, attn_tp_size, num_tokens) -> the head count the decode call gets.
+    """
+    path = Path(root) / MODEL
+    tree = ast.parse(path.read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MqaAttentionBase"]
+    (fn,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_kernel_num_heads"]
+    envs = import_from_tree(root, "sglang.srt.environ").envs
+    max_tokens = dispatcher_constant(root, "SM120_DECODE_MAX_TOKENS")
+    namespace = {
+        "get_platform": lambda: types.SimpleNamespace(is_sm120=True),
+        "SM120_DECODE_MAX_TOKENS": max_tokens,
+        "envs": envs,
+    }
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), namespace)
+    method = namespace["_kernel_num_heads"]
+
+    def call(n_heads, n_local_heads, attn_tp_size, num_tokens):
+        layer = types.SimpleNamespace(n_heads=n_heads, n_local_heads=n_local_heads, attn_tp_size=attn_tp_size)
+        with _env(SELECTOR, backend):
+            return method(layer, num_tokens)
+
+    return call
+
+
+def dispatcher_constant(root: Path, name: str):
+    tree = ast.parse((Path(root) / DISPATCHER).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{DISPATCHER}: expected a module-level {name}, found none")

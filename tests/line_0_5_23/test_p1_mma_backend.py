@@ -1,0 +1,98 @@
+"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND (default still flashinfer).
+
+Red on pristine 0.5.23 and green patched, against the trees' real files (tests/line_0_5_23/p1_tree.py):
+- the selector documents mma; the dispatcher with mma runs the overlay MMA kernel (TRITON_INTERPRET=1)
+  and matches the float64 reference, also above SM120_DECODE_MAX_TOKENS rows, where the flashinfer
+  backend switches to FlashInfer's prefill kernel and mma keeps the same kernel;
+- at TP > 1, MqaAttentionBase._kernel_num_heads (0.5.20+) hands the mma decode call the rank's real
+  heads (P7's job without P7): pristine pads it to 64, as for every backend but flashinfer.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from tests.line_0_5_23 import p1_tree as T
+from tests.mma_decode_cases import make_case, reference_f64
+
+N_HEADS = 64
+
+
+def _decode(module, case):
+    kw = case.kwargs()
+    kw["extra_indices_in_kvcache"] = kw.pop("extra_indices")
+    return module.flash_mla_with_kvcache_sm120(**kw)
+
+
+def _rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def test_default_stays_flashinfer(patched_root):
+    envs = T.import_from_tree(patched_root, "sglang.srt.environ").envs
+    field = type(envs).__dict__[T.SELECTOR]
+    assert field.default == "flashinfer"
+
+
+def test_pristine_mma_is_not_a_backend(pristine_root):
+    """Pristine 0.5.23 has no mma branch: the value falls through to the torch fallback (no MMA module)."""
+    module = T.dispatcher(pristine_root, "mma")
+    assert module._test_mma is None
+    assert '"mma"' not in (pristine_root / T.DISPATCHER).read_text()
+
+
+@pytest.mark.parametrize("B,H,topk,extra", [(3, 16, 64, 32), (66, 16, 16, 0)])
+def test_patched_mma_runs_the_overlay_kernel(patched_root, monkeypatch, B, H, topk, extra):
+    module = T.dispatcher(patched_root, "mma")
+    assert module._test_mma is not None
+    monkeypatch.setitem(sys.modules, T.MMA_MODULE, module._test_mma)  # the branch imports it at call time
+    calls = []
+    kernel = module._test_mma.flash_mla_sparse_decode_mma
+    monkeypatch.setattr(module._test_mma, "flash_mla_sparse_decode_mma",
+                        lambda *a, **k: calls.append(a[0].shape) or kernel(*a, **k))
+    case = make_case(B=B, H=H, topk=topk, extra_topk=extra, page_size=64, num_pages=4, seed=B)
+    out, _ = _decode(module, case)
+    assert calls == [case.q.shape], f"expected one MMA kernel call, found {calls}"
+    ref, _ = reference_f64(case)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert _rel(out.float(), ref) < 2.0 ** -7
+
+
+def test_above_decode_max_tokens_mma_keeps_its_kernel(patched_root):
+    """B > SM120_DECODE_MAX_TOKENS: flashinfer goes to its prefill kernel, mma does not switch."""
+    max_tokens = T.dispatcher_constant(patched_root, "SM120_DECODE_MAX_TOKENS")
+    assert max_tokens == 64
+    source = (patched_root / T.DISPATCHER).read_text()
+    branch = source[source.index('if _sm120_default_backend == "mma":'):]
+    branch = branch[: branch.index('if _sm120_default_backend == "triton":')]
+    assert "SM120_DECODE_MAX_TOKENS" not in branch.split("\n", 3)[-1] and "_prefill" not in branch
+
+
+@pytest.mark.parametrize("tp_size", [2, 4, 8])
+def test_pristine_mma_decode_gets_64_heads(pristine_root, tp_size):
+    heads = T.kernel_num_heads(pristine_root, "mma")
+    assert heads(N_HEADS, N_HEADS // tp_size, tp_size, 8) == 64
+
+
+@pytest.mark.parametrize("tp_size", [2, 4, 8])
+def test_patched_mma_decode_gets_real_heads(patched_root, tp_size):
+    heads = T.kernel_num_heads(patched_root, "mma")
+    assert heads(N_HEADS, N_HEADS // tp_size, tp_size, 8) == N_HEADS // tp_size
+    assert heads(N_HEADS, N_HEADS // tp_size, tp_size, 200) == N_HEADS // tp_size  # above 64 rows: upstream's own
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_patched_other_backends_keep_the_padding(patched_root, backend):
+    heads = T.kernel_num_heads(patched_root, backend)
+    assert heads(N_HEADS, 8, 8, 8) == 64
+    assert heads(N_HEADS, N_HEADS, 1, 8) == N_HEADS  # TP = 1 unchanged
+
+
+def test_forward_passes_kernel_num_heads_and_slices_the_sink(patched_root):
+    """How deepseek_v4.py uses it: the q width and the sink both follow _kernel_num_heads."""
+    source = (patched_root / T.MODEL).read_text()
+    assert "else self._kernel_num_heads(x.shape[0])" in source
+    assert "attn_sink = self._local_attn_sink(kernel_num_heads)" in source
