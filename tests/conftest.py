@@ -64,6 +64,13 @@ def line_of(test_path: Path) -> str:
 _TREES: dict[tuple[str, str], Path] = {}
 
 
+@pytest.fixture(autouse=True)
+def _default_line(request, monkeypatch):
+    """Code under test that picks the default line (Engine.from_repo, apply.py without --line) gets the test's
+    line: PATCHKIT_LINE, as a user's shell would set it."""
+    monkeypatch.setenv("PATCHKIT_LINE", line_of(Path(str(request.node.fspath))))
+
+
 def _line_or_skip(request) -> str:
     from patchkit.lockfile import lock_lines
 

@@ -14,7 +14,7 @@ import pytest
 
 from harness.dsv4_indexer_cases import tree_envs
 from patchkit.engine import Engine
-from tests.conftest import REPO
+from tests.conftest import PATCH_LINE, REPO
 
 # name: (EnvField class, default). docs/serving.md documents each.
 SWITCHES = {
@@ -43,12 +43,12 @@ def environment_reads(source: str) -> set[str]:
 
 def patched_files() -> list[str]:
     """The upstream .py files the sglang series patches (overlay files excluded: they are all ours)."""
-    series = Engine.from_repo(REPO).series("sglang")
+    series = Engine.from_repo(REPO, line=PATCH_LINE).series("sglang")
     return sorted({path for p in series.patches for path in p.paths if path.endswith(".py")} - set(series.overlay_owner))
 
 
 def overlay_files() -> list[str]:
-    return sorted(Engine.from_repo(REPO).series("sglang").overlay_owner)
+    return sorted(Engine.from_repo(REPO, line=PATCH_LINE).series("sglang").overlay_owner)
 
 
 def test_every_switch_is_registered_in_the_patched_envs(patched_root):
