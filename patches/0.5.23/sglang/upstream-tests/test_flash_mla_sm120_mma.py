@@ -15,8 +15,8 @@ if not torch.cuda.is_available():
     # Triton reads this when a kernel is decorated: set before the kernel module is imported.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from sglang.srt.layers.attention.flash_mla_sm120 import _sm120_sparse_decode_fwd
-from sglang.srt.layers.attention.flash_mla_sm120_mma import flash_mla_sparse_decode_mma
+from sglang.kernels.ops.attention.flash_mla_sm120 import _sm120_sparse_decode_fwd
+from sglang.kernels.ops.attention.flash_mla_sm120_mma import flash_mla_sparse_decode_mma
 from sglang.test.ci.ci_register import register_cuda_ci
 
 register_cuda_ci(est_time=60, stage="base-b", runner_config="1-gpu-small")
