@@ -4,6 +4,7 @@ starts a line and leaves the old one byte for byte; overlay copies across lines 
 The CLI cases run on the crafted `demo` upstream (tests/fault_fixtures.py), no network."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,20 @@ from tests.fault_fixtures import cli, data_snapshot, demo_target, one_line_error
 from tests.conftest import REPO, line_of
 
 
+def _only_line(lock_text: str, line: str) -> str:
+    """pin.lock's text with the tables of every other line cut out (the header and the line's tables kept)."""
+    kept, keep = [], True
+    for block in re.split(r"(?m)^(?=\[line\.)", lock_text):
+        if block.startswith("[line."):
+            keep = block.startswith(f'[line."{line}".')
+        if keep:
+            kept.append(block)
+    return "".join(kept)
+
+
 def _two_lines(tmp_path: Path) -> Path:
     """A pin.lock with lines 0.5.9 and 0.5.14 (0.5.14 written first: the order in the file is not the order)."""
-    text = (REPO / "pin.lock").read_text()
+    text = _only_line((REPO / "pin.lock").read_text(), "0.5.14")
     old = text.split('[line."0.5.14".upstream.sglang]')[1].split("\n\n")[0].replace("0.5.14", "0.5.9")
     lock = tmp_path / "pin.lock"
     lock.write_text(text + '\n[line."0.5.9".upstream.sglang]' + old + '\n\n[line."0.5.9".runtime]\ntorch = "2.9.1"\n'
@@ -25,7 +37,8 @@ def _two_lines(tmp_path: Path) -> Path:
     return lock
 
 
-def test_the_newest_line_by_version_is_the_default_and_each_line_is_chosen_by_name(tmp_path):
+def test_the_newest_line_by_version_is_the_default_and_each_line_is_chosen_by_name(tmp_path, monkeypatch):
+    monkeypatch.delenv("PATCHKIT_LINE")     # no standing default: the newest line is
     lock = _two_lines(tmp_path)
     assert lock_lines(lock) == ["0.5.9", "0.5.14"]
     assert load_lock(lock).line == "0.5.14" and load_lock(lock).lines == ("0.5.9", "0.5.14")

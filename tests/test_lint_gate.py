@@ -97,7 +97,7 @@ def test_a_pr_test_file_under_patches_is_linted_and_fix_formats_the_whole_files(
     stray.write_text("y = [1,2 ,3]\n")
     proc = gate(repo, "--fix")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"formatted overlay/{MMA}" in proc.stdout and "formatted patches/0.5.14/sglang/upstream-tests/test_demo.py" in proc.stdout
+    assert f"formatted overlay/0.5.14/{MMA}" in proc.stdout and "formatted patches/0.5.14/sglang/upstream-tests/test_demo.py" in proc.stdout
     assert demo.read_text() == "SHAPES = [1, 2, 3]\n" and kernel.read_text().endswith("\n_SHAPES = [1, 2, 3]\n")
     assert stray.read_text() == "y = [1,2 ,3]\n" and all(f.read_bytes() == b for f, b in untouched.items())
 

@@ -38,6 +38,7 @@ def installed(tmp_path_factory):
 
 def run(installed, *args, cwd):
     site, script, env = installed
+    env = {**env, "PATCHKIT_LINE": os.environ["PATCHKIT_LINE"]}    # the test's line (set after the module fixture)
     return subprocess.run([sys.executable, "-P", str(script), *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PATCH_LINE
 from tests.engine_fixtures import snapshot
 from tests.patchset_fixtures import release
 from patchkit.conditions import conditions_of, unreached_reasons
@@ -30,7 +31,7 @@ REBASE_ARGS = ["rebase", "--to", TO["sglang"], "--to", f"flashinfer={TO['flashin
 
 def cli(repo: Path, *args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(repo / "apply.py"), *args], cwd=repo, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600)
+                          env={"PATCHKIT_LINE": PATCH_LINE, **os.environ, **(env or {})}, timeout=600)
 
 
 def data_snapshot(repo: Path) -> dict[str, str]:

@@ -32,9 +32,9 @@ def test_a_line_is_copied_under_a_new_name_and_the_old_tables_are_kept_byte_for_
     from patchkit.lockedit import copy_line_text
 
     text = (REPO / "pin.lock").read_text()
-    new = copy_line_text(text, "0.5.14", "0.5.23")
+    new = copy_line_text(text, "0.5.14", "0.5.99")
     assert new.startswith(text.rstrip("\n"))
     data = tomllib.loads(new)["line"]
-    assert data["0.5.23"] == data["0.5.14"]
+    assert data["0.5.99"] == data["0.5.14"] and data["0.5.23"] == tomllib.loads(text)["line"]["0.5.23"]
     with pytest.raises(PatchkitError, match=r'expected \[line."0.4"...\] tables to copy, found none'):
         copy_line_text(text, "0.4", "0.5")
