@@ -60,9 +60,16 @@ $(VENV)/.installed: requirements-test.txt
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
+# The AOT gate under the 0.5.23 line's Triton (3.8): its own venv, since one venv holds one Triton.
+AOT_VENVS := .venv-triton38
+.venv-triton38/.installed: requirements-aot-triton38.txt
+	$(PYTHON) -m venv .venv-triton38
+	.venv-triton38/bin/python -m pip install -q -r requirements-aot-triton38.txt
+	touch $@
+
 # LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)
 TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
 	$(VPY) -m pytest -q $(TEST_DIR)
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
@@ -99,7 +106,7 @@ pr:
 		$(if $(FORCE),--force,) $(if $(BRANCH),--branch $(BRANCH),)
 
 clean:
-	rm -rf build $(VENV) $(LINT_VENV)
+	rm -rf build $(VENV) $(LINT_VENV) $(AOT_VENVS)
 
 # ---- serving (serving/, docs/serving.md) ---------------------------------------------------------
 SGLANG_VENV     ?= .venv-sglang

@@ -83,14 +83,41 @@ def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int,
                           options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
-def compile_in_subprocess(module: str, root: Path) -> list[dict]:
-    """Run `python -m module` from the checkout `root` without the interpreter; the module prints its rows
-    as JSON on its last line."""
+def compile_in_subprocess(module: str, root: Path, python: str | None = None, args: tuple = ()) -> list | dict:
+    """Run `python -m module ARGS` from the checkout `root` without the interpreter (`python`: another
+    Triton runtime's interpreter, see triton_runtimes); the module prints its rows (a list, or a dict
+    with "rows") as JSON on its last line."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, env=env, cwd=root,
-                          timeout=1800)
+    proc = subprocess.run([python or sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    for row in rows:
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for row in result if isinstance(result, list) else result.get("rows", []):
         print(row)
-    return rows
+    return result
+
+
+def release_of(version: str) -> str:
+    """major.minor of a version string ("3.8.0" -> "3.8")."""
+    return ".".join(version.split(".")[:2])
+
+
+def aot_venv(root: Path, release: str) -> Path:
+    """The venv `make test` builds for the AOT gate under Triton `release` (requirements-aot-tritonXY.txt)."""
+    return root / f".venv-triton{release.replace('.', '')}"
+
+
+def triton_runtimes(root: Path) -> dict[str, tuple[str, Path | None]]:
+    """release line -> (its runtime's Triton release, a Python that has it, or None where none is installed):
+    this interpreter where its Triton is that release, else the line's AOT venv (aot_venv)."""
+    import triton
+
+    from patchkit.lockfile import load_lock, lock_lines
+
+    out = {}
+    for line in lock_lines(root / "pin.lock"):
+        release = release_of(load_lock(root / "pin.lock", line).runtime["triton"])
+        python = aot_venv(root, release) / "bin" / "python"
+        out[line] = (release, Path(sys.executable) if release_of(triton.__version__) == release
+                     else python if python.is_file() else None)
+    return out

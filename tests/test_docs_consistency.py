@@ -178,3 +178,16 @@ def test_benchmarks_tables_hold_no_tool_output():
     for lineno, line in enumerate((REPO / "BENCHMARKS.md").read_text().splitlines(), 1):
         assert not re.search(r"\b\w*(Warning|Error)\b:|warnings\.warn\(", line), \
             f"BENCHMARKS.md:{lineno}: expected prose or a table row, found tool output: {line[:120]!r}"
+
+
+def test_every_patch_test_trailer_names_a_file_of_the_repository():
+    """A patch header's `Test:` says where its proof lives; a renamed or never-written test is caught here."""
+    trailers = 0
+    for patch in sorted(REPO.glob("patches/*/*/*.patch")):
+        header = patch.read_text().split("\ndiff --git ", 1)[0]
+        for line in header.splitlines():
+            if line.startswith("Test: "):
+                for name in line.removeprefix("Test: ").split(","):
+                    trailers += 1
+                    assert (REPO / name.strip()).is_file(), f"{patch.relative_to(REPO)}: Test: {name.strip()} is not a file"
+    assert trailers

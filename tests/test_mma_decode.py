@@ -140,10 +140,10 @@ def test_every_shipped_config_matches_oracle(mma, oracle, poisoned_empty, config
 def test_dispatch_gluon_for_few_heads_many_rows(mma, oracle):
     """pick_config sends <= 16 heads with >= 16 rows to the Gluon kernel and everything else to a
     Triton config; under the CPU interpreter (no Gluon interpreter) such a shape runs on Triton."""
-    assert mma.pick_config(16, 16) == mma.pick_config(8, 128) == mma.GLUON_CONFIG
+    assert mma.pick_config(16, 16, "3.6.0") == mma.pick_config(8, 128, "3.6.0") == mma.GLUON_CONFIG
     assert mma.GLUON_CONFIG in mma.GLUON_CONFIGS
     for heads, batch in ((16, 15), (8, 1), (64, 16), (64, 128), (32, 64)):
-        assert mma.pick_config(heads, batch) == mma.pick_triton_config(heads, batch) in mma.MMA_CONFIGS
+        assert mma.pick_config(heads, batch, "3.6.0") == mma.pick_triton_config(heads, batch) in mma.MMA_CONFIGS
     case = make_case(16, 8, 32, extra_topk=32, seed=71, sink_mode="random")
     out, lse = _run(mma, case)
     _check(out, lse, case, oracle)
@@ -324,3 +324,12 @@ def _route_main(root: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "route":
         _route_main(sys.argv[2])
+
+
+@pytest.mark.parametrize("version", ["3.8.0", "3.7.1", "3.9.0", "4.0.0"])
+def test_gluon_only_on_the_triton_releases_it_builds_on(mma, version):
+    """Off GLUON_TRITON_RELEASES (3.6: the AOT gate, tests/test_mma_aot.py, shows 3.8 cannot build it) every
+    shape, Gluon's included, gets a Triton config: decided by the release, not by a failed compile."""
+    assert mma.gluon_builds("3.6.0") and mma.gluon_builds("3.6.1") and not mma.gluon_builds(version)
+    for heads, batch in ((16, 16), (8, 128), (16, 64), (8, 1), (64, 128)):
+        assert mma.pick_config(heads, batch, version) == mma.pick_triton_config(heads, batch) in mma.MMA_CONFIGS

@@ -3,21 +3,23 @@
 The sm_120 gate of tests/test_mma_aot.py (with the same compile helpers, harness/aot.py): at most 101376 bytes of
 shared memory per block, no register spills, and mma.sync only (no wgmma, which sm_120 lacks). The
 configs are read from the overlay modules, so a new entry in INDEXER_CONFIGS or a new MHC tile size
-is checked without touching this file. Compiles run in a subprocess (no TRITON_INTERPRET leak).
+is checked without touching this file. Compiles run in a subprocess (no TRITON_INTERPRET leak), under each
+release line's own Triton (harness.aot.triton_runtimes: 0.5.14 triton 3.6, 0.5.23 triton 3.8), on the files that
+line ships (the indexer kernel only in 0.5.14, whose P4 0.5.23 retired).
 """
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.aot import compile_in_subprocess, compile_kernel, ptxas_report
+from harness.aot import aot_venv, compile_in_subprocess, compile_kernel, ptxas_report, release_of, triton_runtimes
 from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
-INDEXER = REPO / "overlay/0.5.14/sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
-MHC = REPO / "overlay/0.5.14/sglang/srt/layers/mhc_pre_triton.py"
+INDEXER_FILE, MHC_FILE = "paged_mqa_logits_triton.py", "mhc_pre_triton.py"
 ARCHS = (120, 90)
 SM120_SHARED_LIMIT = 101376
 
@@ -43,11 +45,17 @@ MHC_TOKENS = (1, 2, 16, 32, 64, 256, 4096)
 SM_COUNTS = (188, 170, 132)
 
 
-def _compile_all() -> list[dict]:
+def overlay_file(line: str, name: str) -> Path | None:
+    found = sorted((REPO / "overlay" / line).rglob(name))
+    return found[0] if found else None
+
+
+def _compile_all(line: str) -> dict:
     import triton
 
-    idx = load_module(INDEXER, "indexer_aot")
-    mhc = load_module(MHC, "mhc_pre_aot")
+    indexer, mhc_path = overlay_file(line, INDEXER_FILE), overlay_file(line, MHC_FILE)
+    idx = load_module(indexer, "indexer_aot") if indexer else None
+    mhc = load_module(mhc_path, "mhc_pre_aot")
     rows = []
 
     def build(label, fn, signature, constexprs, div16, warps, stages, arch):
@@ -57,7 +65,7 @@ def _compile_all() -> list[dict]:
                      "mma_sync": "mma.sync" in ptx, **ptxas_report(ptx, arch)})
 
     for arch in ARCHS:
-        for name, (warps, stages, _, _) in idx.INDEXER_CONFIGS.items():
+        for name, (warps, stages, _, _) in (idx.INDEXER_CONFIGS.items() if idx else ()):
             for fill_tail in (False, True):
                 const = dict(H=64, D=idx.HEAD_DIM, PAGE=idx.PAGE_SIZE, FILL_TAIL=fill_tail)
                 build(f"indexer/{name}/fill_tail={fill_tail}", idx._paged_mqa_logits_kernel, INDEXER_SIGNATURE,
@@ -79,16 +87,28 @@ def _compile_all() -> list[dict]:
             build(f"mhc/one-launch/t{block_t}/c{chunk}", mhc._mhc_pre_fused, FUSED_SIGNATURE,
                   {**tiles, "SPLIT_CHUNK": chunk}, MHC_DIV16, 4, 3, arch)
     unique = {(r["arch"], r["kernel"]): r for r in rows}
-    return list(unique.values())
+    return {"triton": triton.__version__, "rows": list(unique.values())}
 
 
-@pytest.fixture(scope="module")
-def compiled() -> list[dict]:
-    return compile_in_subprocess(__name__, REPO)
+RUNTIMES = triton_runtimes(REPO)
+
+
+@pytest.fixture(scope="module", params=sorted(RUNTIMES), ids=lambda line: f"line{line}")
+def compiled(request) -> list[dict]:
+    line = request.param
+    release, python = RUNTIMES[line]
+    if python is None:
+        pytest.skip(f"no Python with triton {release} for the {line} line: make {aot_venv(REPO, release).name}"
+                    "/.installed (make test builds it)")
+    result = compile_in_subprocess(__name__, REPO, python, (line,))
+    assert release_of(result["triton"]) == release, result["triton"]
+    return [{**row, "line": line} for row in result["rows"]]
 
 
 def test_every_config_is_built(compiled):
-    ns = extract_functions(INDEXER, ["INDEXER_CONFIGS"], {})
+    line = compiled[0]["line"]
+    indexer = overlay_file(line, INDEXER_FILE)
+    ns = extract_functions(indexer, ["INDEXER_CONFIGS"], {}) if indexer else {"INDEXER_CONFIGS": {}}
     kinds = {(r["arch"], r["kernel"]) for r in compiled}
     for arch in ARCHS:
         for name in ns["INDEXER_CONFIGS"]:
@@ -118,4 +138,4 @@ def test_no_register_spills(compiled, arch):
 
 
 if __name__ == "__main__":
-    print(json.dumps(_compile_all()))
+    print(json.dumps(_compile_all(sys.argv[1])))

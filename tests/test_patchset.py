@@ -21,6 +21,10 @@ from patchkit.patchset import changelog_entries
 from tests.engine_fixtures import REPO, copy_repo_data
 from tests.patchset_fixtures import release
 
+# The 0.5.14 line's current version and the next one (the tests below bump it in a copy of the repository).
+CURRENT = load_lock(REPO / "pin.lock", "0.5.14").patchsets["0.5.14"]
+NEXT = ".".join(CURRENT.split(".")[:2] + [str(int(CURRENT.split(".")[2]) + 1)])
+
 # sha256 of https://www.apache.org/licenses/LICENSE-2.0.txt
 APACHE_2_0_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
 
@@ -80,21 +84,22 @@ def test_check_is_red_when_a_patch_byte_changes_without_a_bump_green_after_the_b
     r = cli(repo, "check")
     assert r.returncode == 1
     row = patch_set_row(r.stdout)
-    assert "FAIL" in row and "series or overlay changed since 0.5.14 0.1.0" in row, row
+    assert "FAIL" in row and f"series or overlay changed since 0.5.14 {CURRENT}" in row, row
     # every other row is still fine: the failure is the missing version, nothing else
     assert [l for l in r.stdout.splitlines()[3:] if " FAIL " in l] == [row]
 
     # a version bump without a CHANGELOG entry: still red, naming the entry it needs
     lock = repo / "pin.lock"
-    lock.write_text(lock.read_text().replace('[line."0.5.14".patchset]\nversion = "0.1.0"', '[line."0.5.14".patchset]\nversion = "0.1.1"'))
+    lock.write_text(lock.read_text().replace(f'[line."0.5.14".patchset]\nversion = "{CURRENT}"',
+                                             f'[line."0.5.14".patchset]\nversion = "{NEXT}"'))
     r = cli(repo, "check")
-    assert r.returncode == 1 and "expected an entry '### 0.1.1' under '## 0.5.14 line', found none" in patch_set_row(r.stdout)
+    assert r.returncode == 1 and f"expected an entry '### {NEXT}' under '## 0.5.14 line', found none" in patch_set_row(r.stdout)
 
-    digest = release(repo, "0.1.1")
+    digest = release(repo, NEXT)
     r = cli(repo, "check")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"records series digest {digest[:16]}" in patch_set_row(r.stdout)
-    assert "version 0.1.1" in cli(repo, "--version").stdout
+    assert f"version {NEXT}" in cli(repo, "--version").stdout
 
 
 def test_an_overlay_byte_changed_without_a_bump_is_red(repo):
@@ -108,9 +113,9 @@ def test_a_digest_rewritten_in_place_without_a_new_version_is_red(repo):
     """Bumping only the digest line of the released entry leaves two versions with one number: refused."""
     patch = sorted((repo / "patches" / "0.5.14" / "sglang").glob("*.patch"))[0]
     patch.write_text(patch.read_text().replace("\n\n", "\n\nA changed word.\n\n", 1))
-    release(repo, "0.1.0")        # a second '### 0.1.0' entry under the line
+    release(repo, CURRENT)        # a second '### CURRENT' entry under the line
     r = cli(repo, "check")
-    assert r.returncode == 1 and "expected one entry for 0.5.14 0.1.0, found 2" in patch_set_row(r.stdout)
+    assert r.returncode == 1 and f"expected one entry for 0.5.14 {CURRENT}, found 2" in patch_set_row(r.stdout)
 
 
 def test_a_new_release_line_needs_its_own_version(repo):

@@ -1168,11 +1168,28 @@ def _num_sms(device_index: int) -> int:
 GLUON_CONFIG = "g32dqq"
 GLUON_MAX_HEADS = 16
 GLUON_MIN_BATCH = 16
+# Triton releases (major.minor) whose Gluon API builds the Gluon kernel for sm_120 and sm_90 ahead of
+# time. Gluon is experimental and its API moves between releases (3.8 has no gl.thread_barrier), so on
+# any other release every shape takes the Triton kernel: decided here by version, never by catching a
+# failed compile inside a running server (or a CUDA-graph capture).
+GLUON_TRITON_RELEASES = ("3.6",)
 
 
-def pick_config(num_heads: int, batch: int) -> str:
-    """The config for a shape: Gluon for few heads and many rows, else pick_triton_config's."""
-    if num_heads <= GLUON_MAX_HEADS and batch >= GLUON_MIN_BATCH:
+def gluon_builds(triton_version: str = triton.__version__) -> bool:
+    """Whether the Gluon kernel is used under this Triton release."""
+    return ".".join(triton_version.split(".")[:2]) in GLUON_TRITON_RELEASES
+
+
+def pick_config(
+    num_heads: int, batch: int, triton_version: str = triton.__version__
+) -> str:
+    """The config for a shape: Gluon for few heads and many rows on a Triton release
+    it builds on, else pick_triton_config's."""
+    if (
+        gluon_builds(triton_version)
+        and num_heads <= GLUON_MAX_HEADS
+        and batch >= GLUON_MIN_BATCH
+    ):
         return GLUON_CONFIG
     return pick_triton_config(num_heads, batch)
 

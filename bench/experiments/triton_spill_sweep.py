@@ -1,0 +1,58 @@
+"""Which MMA decode tile shapes compile spill-free for sm_120 under the running Triton (AOT, no GPU), and whether a
+spill comes from Triton's PTX or from its ptxas: each shape's PTX goes through this Triton's ptxas and, with
+--other-ptxas, through another release's too (docs/mma_decode_notes.md, "Triton 3.8").
+
+    env -u TRITON_INTERPRET .venv-triton38/bin/python -m bench.experiments.triton_spill_sweep \
+        --other-ptxas .venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas-blackwell
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
+from harness.upstream import load_module
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL = REPO / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
+SHAPES = ((16, 16), (16, 32), (16, 64), (32, 16), (32, 32))
+
+
+def other_ptxas(ptxas: str, ptx: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "k.ptx").write_text(ptx)
+        proc = subprocess.run([ptxas, "-arch=sm_120a", "-v", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"],
+                              capture_output=True, text=True)
+    if proc.returncode:
+        return "does not assemble: " + proc.stderr.strip().splitlines()[-1][:80]
+    regs = re.search(r"Used (\d+) registers", proc.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", proc.stderr)
+    return f"{regs.group(1)} regs, {spills.group(1)} B spill stores"
+
+
+def main() -> None:
+    import triton
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--other-ptxas", help="another Triton release's ptxas-blackwell, for the cross-check")
+    args = ap.parse_args()
+    mod = load_module(KERNEL, "mma_sweep")
+    print(f"triton {triton.__version__}, sm_120, two caches (window + compressed), unsplit; kernel {KERNEL.name}")
+    print("| BLOCK_H | BLOCK_T | warps | stages | shared B | regs | spill stores B | stack-free | other ptxas |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for bh, bt in SHAPES:
+        for warps in (4, 8):
+            for stages in (1, 2, 3):
+                k = compile_kernel(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, decode_constexprs(bh, bt, False),
+                                   DIV16, warps, stages, 120)
+                r = ptxas_report(k.asm["ptx"], 120)
+                other = other_ptxas(args.other_ptxas, k.asm["ptx"]) if args.other_ptxas else "-"
+                print(f"| {bh} | {bt} | {warps} | {stages} | {k.metadata.shared} | {r['regs']} | {r['spill_stores']} "
+                      f"| {'yes' if not r['spill_stores'] else 'no'} | {other} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
