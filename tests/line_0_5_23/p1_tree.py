@@ -18,9 +18,14 @@ from harness.upstream import import_from_tree, load_module, tree_package
 
 DISPATCHER = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 MMA = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
+PER_HEAD = "sglang/kernels/ops/attention/flash_mla_sm120_triton.py"
+ENVIRON = "sglang/srt/environ.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
 SELECTOR = "SGLANG_SM120_FLASHMLA_BACKEND"
 MMA_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_mma"
+PER_HEAD_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
+# What dispatcher() reads: a GPU box gets these files alone (write_slice), not the whole tree.
+SLICE = (DISPATCHER, PER_HEAD, MMA, ENVIRON)
 
 
 @contextmanager
@@ -47,10 +52,52 @@ def dispatcher(root: Path, backend: str) -> types.ModuleType:
         sys.modules["sglang.srt.utils"] = utils
         if (root / MMA).is_file():
             sys.modules[MMA_MODULE] = load_module(root / MMA)
+        sys.modules[PER_HEAD_MODULE] = load_module(root / PER_HEAD)
         module = load_module(root / DISPATCHER)
-        # The mma branch imports its kernel at call time: keep that module reachable after the context.
+        # The mma and triton branches import their kernels at call time: keep them reachable after the context
+        # (a test puts them back into sys.modules around its calls, see with_kernels).
         module._test_mma = sys.modules.get(MMA_MODULE)
+        module._test_per_head = sys.modules.get(PER_HEAD_MODULE)
     return module
+
+
+@contextmanager
+def with_kernels(module: types.ModuleType):
+    """Around calls into a dispatcher(): its lazily imported kernel modules resolve to the tree's own."""
+    saved = {k: sys.modules.get(k) for k in (MMA_MODULE, PER_HEAD_MODULE)}
+    for name, mod in ((MMA_MODULE, module._test_mma), (PER_HEAD_MODULE, module._test_per_head)):
+        if mod is not None:
+            sys.modules[name] = mod
+    try:
+        yield
+    finally:
+        for name, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = mod
+
+
+def write_slice(root: Path, out: Path) -> list[str]:
+    """Copy SLICE (the files present) from the tree `root` to `out`, with SLICE.sha256 (sha256sum format): what
+    a GPU box needs to run dispatcher() on this tree, a few hundred KB instead of two wheels."""
+    import hashlib
+    import shutil
+
+    root, out = Path(root), Path(out)
+    lines = []
+    for rel in SLICE:
+        if (root / rel).is_file():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, out / rel)
+            lines.append(f"{hashlib.sha256((root / rel).read_bytes()).hexdigest()}  {rel}")
+    (out / "SLICE.sha256").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+if __name__ == "__main__":   # python -m tests.line_0_5_23.p1_tree slice TREE OUT
+    assert sys.argv[1:2] == ["slice"] and len(sys.argv) == 4, "usage: python -m tests.line_0_5_23.p1_tree slice TREE OUT"
+    print("\n".join(write_slice(Path(sys.argv[2]), Path(sys.argv[3]))))
 
 
 def kernel_num_heads(root: Path, backend: str):

@@ -96,3 +96,28 @@ def test_forward_passes_kernel_num_heads_and_slices_the_sink(patched_root):
     source = (patched_root / T.MODEL).read_text()
     assert "else self._kernel_num_heads(x.shape[0])" in source
     assert "attn_sink = self._local_attn_sink(kernel_num_heads)" in source
+
+
+def test_a_slice_of_the_patched_tree_runs_both_backends_as_the_gpu_test_calls_them(patched_root, tmp_path):
+    """What the GPU test runs on a box without the 0.5.23 wheels: the slice (SLICE.sha256 checked), 0.5.23's keyword
+    call through flash_mla_with_kvcache_sm120, mma (interpreter, one small case) against upstream's torch backend
+    (the per-head kernel the GPU test compares with is autotuned, which needs a GPU)."""
+    from tests.line_0_5_23.gpu import test_p1_mma_backend_gpu as G
+
+    lines = T.write_slice(patched_root, tmp_path / "slice")
+    assert [l.split("  ")[1] for l in lines] == list(T.SLICE)
+    case = make_case(B=3, H=16, topk=32, extra_topk=32, page_size=64, num_pages=2, seed=5)
+    outs = {}
+    for name in ("mma", "torch"):
+        module = T.dispatcher(tmp_path / "slice", name)
+        outs[name] = G.call(module, case)[0].float()
+    ref, _ = reference_f64(case)
+    assert _rel(outs["mma"], ref) < 2.0 ** -7 and _rel(outs["mma"], outs["torch"]) < 2.0 ** -7
+    (tmp_path / "slice" / T.MMA).write_text("# changed\n")
+    import os
+    os.environ["P1_TREE"] = str(tmp_path / "slice")
+    try:
+        with pytest.raises(AssertionError, match=r"expected sglang/kernels/ops/attention/flash_mla_sm120_mma.py with"):
+            G.slice_root()
+    finally:
+        del os.environ["P1_TREE"]
