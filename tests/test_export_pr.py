@@ -28,7 +28,8 @@ from patchkit.pr.body import OVERLAY_TRAILERS
 from patchkit.pr.export import default_branch
 from patchkit.pr.prdata import load_pr_data
 from patchkit.series import load_series
-from tests.conftest import LOCK, pristine_wheel
+from patchkit.lockfile import load_lock
+from tests.conftest import PATCH_LINE, REPO, line_of, pristine_wheel
 from tests.rebase_cases import repo_copy
 
 SGLANG_LIKE_TEMPLATE = """<!-- thanks; fill in each section -->
@@ -82,15 +83,26 @@ def cli(repo: Path, *args) -> subprocess.CompletedProcess:
                           env=env, timeout=300)
 
 
+def current_line() -> str:
+    """The running test's release line (tests/conftest.py sets PATCHKIT_LINE per test from the nearest
+    conftest's PATCH_LINE: tests/line_0_5_23/ re-collects tests of this module for its line)."""
+    return os.environ.get("PATCHKIT_LINE") or PATCH_LINE
+
+
+def lock_of(line: str | None = None):
+    return load_lock(REPO / "pin.lock", line or current_line())
+
+
 @pytest.fixture(scope="module")
-def checkouts(tmp_path_factory) -> dict[str, Path]:
+def checkouts(request, tmp_path_factory) -> dict[str, Path]:
     """upstream name -> git repo: the pinned release in repo layout plus a PR template, one commit tagged as
-    the release on main, and the user's identity in its config."""
+    the release on main, and the user's identity in its config (the release of the collecting module's line)."""
     out = {}
-    for name, up in LOCK.upstreams.items():
+    line = line_of(request.path)
+    for name, up in load_lock(REPO / "pin.lock", line).upstreams.items():
         repo = tmp_path_factory.mktemp(f"upstream-{name}")
         git(repo, "init", "-q", "-b", "main")
-        wheel = pristine_wheel(name)
+        wheel = pristine_wheel(name, line)
         prefix = repo / up.repo_prefix if up.repo_prefix else repo
         wheel.unpack(prefix, root=up.root)
         shutil.rmtree(prefix / wheel.dist_info())
@@ -110,10 +122,11 @@ def overlay_repo(tmp_path_factory) -> Path:
     return repo_copy(tmp_path_factory.mktemp("export") / "repo")
 
 
-def all_patches(repo: Path):
+def all_patches(repo: Path, line: str | None = None):
+    line = line or current_line()
     lock = tomllib.loads((repo / "pin.lock").read_text())
-    for name, up in lock["line"]["0.5.14"]["upstream"].items():
-        series = load_series(name, repo / "patches" / "0.5.14", repo / "overlay" / "0.5.14", up["root"])
+    for name, up in lock["line"][line]["upstream"].items():
+        series = load_series(name, repo / "patches" / line, repo / "overlay" / line, up["root"])
         for p in series.patches:
             yield name, up, p
 
@@ -132,8 +145,8 @@ def needs_force(patch) -> bool:
     return status(patch).startswith("Backport")
 
 
-def pr_data(repo: Path, name: str):
-    return load_pr_data(repo / "patches" / "0.5.14" / name)
+def pr_data(repo: Path, name: str, line: str | None = None):
+    return load_pr_data(repo / "patches" / (line or current_line()) / name)
 
 
 def body_of(repo: Path, branch: str) -> str:
@@ -174,7 +187,7 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             expected = {prefix + p for p in patch.paths} | {prefix + o for o in patch.overlay}
             assert touched == expected | ({pr.test_dest} if pr.test_file else set())
             for o in patch.overlay:
-                assert git(repo, "show", f"{branch}:{prefix}{o}") == (overlay_repo / "overlay" / "0.5.14" / o).read_text()
+                assert git(repo, "show", f"{branch}:{prefix}{o}") == (overlay_repo / "overlay" / current_line() / o).read_text()
             git(repo, "apply", "--check", "-", input=git(repo, "format-patch", "-1", "--stdout", branch))
             # the change is this patch's alone, even where an earlier patch of the series touches the same file
             added = lambda diff: {l[1:] for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")}
@@ -237,11 +250,11 @@ def later_main(checkouts):
     """Put main back at the release after a test moved it."""
     repo = checkouts["sglang"]
     yield repo
-    git(repo, "reset", "-q", "--hard", LOCK.upstream("sglang").tag)
+    git(repo, "reset", "-q", "--hard", lock_of().upstream("sglang").tag)
 
 
 def test_base_defaults_to_main_and_a_conflicting_base_is_refused_naming_the_file(checkouts, overlay_repo, later_main):
-    repo, up = later_main, LOCK.upstream("sglang")
+    repo, up = later_main, lock_of().upstream("sglang")
     name, _, patch = next(t for t in all_patches(overlay_repo) if t[0] == "sglang" and not t[2].trailer("Depends-On")
                           and exportable(t[2]) and not needs_force(t[2]))
     # the first file whose diff removes a line: main edits that line below to make the patch conflict
@@ -385,7 +398,7 @@ def _tree_of(repo: Path, ref: str, dest: Path) -> Path:
 
 
 def test_the_unittest_travels_registered_and_its_cpu_part_runs(checkouts, overlay_repo, tmp_path):
-    repo, up = checkouts["sglang"], LOCK.upstream("sglang")
+    repo, up = checkouts["sglang"], lock_of().upstream("sglang")
     name, _, patch = next(t for t in all_patches(overlay_repo) if t[0] == "sglang" and t[2].name.startswith("0001"))
     pr = pr_data(overlay_repo, name).patches[patch.name]
     branch = default_branch(patch)

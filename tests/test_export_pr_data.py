@@ -16,7 +16,8 @@ import pytest
 from patchkit import PatchkitError
 from patchkit.pr.body import markdown_section
 from patchkit.pr.prdata import load_pr_data
-from tests.conftest import LOCK, REPO
+from patchkit.lockfile import load_lock, lock_lines
+from tests.conftest import REPO
 
 
 def _cells(line: str) -> list[str]:
@@ -40,16 +41,18 @@ def _tables(section: str):
 
 
 def _data():
-    for name, up in LOCK.upstreams.items():
-        data = load_pr_data(REPO / "patches" / "0.5.14" / name)
-        assert data is not None, f"patches/{name}/upstream-pr.toml is missing"
-        yield name, up, data
+    """Every line's every upstream: (line, name, upstream, its upstream-pr.toml)."""
+    for line in lock_lines(REPO / "pin.lock"):
+        for name, up in load_lock(REPO / "pin.lock", line).upstreams.items():
+            data = load_pr_data(REPO / "patches" / line / name)
+            assert data is not None, f"patches/{line}/{name}/upstream-pr.toml is missing"
+            yield line, name, up, data
 
 
 def test_every_measured_row_is_in_the_benchmarks_table_it_names():
     doc = (REPO / "BENCHMARKS.md").read_text()
     checked = 0
-    for name, _, data in _data():
+    for _, name, _, data in _data():
         for pr in data.patches.values():
             for m in pr.accuracy + pr.benchmark:
                 target, _, anchor = m.source.partition("#")
@@ -68,13 +71,13 @@ def test_every_measured_row_is_in_the_benchmarks_table_it_names():
 
 
 def test_every_exported_patch_has_an_upstream_description_of_exactly_its_files():
-    for name, up, data in _data():
+    for line, name, up, data in _data():
         from patchkit.series import load_series
-        series = load_series(name, REPO / "patches" / "0.5.14", REPO / "overlay" / "0.5.14", up.root)
+        series = load_series(name, REPO / "patches" / line, REPO / "overlay" / line, up.root)
         # downstream-only patches (Upstream-Status: Inappropriate) are never exported and need no entry
         shipped = [p for p in series.patches
                    if not (p.trailer("Upstream-Status") or [""])[0].lower().startswith("inappropriate")]
-        assert {p.name for p in shipped} == set(data.patches), name
+        assert {p.name for p in shipped} == set(data.patches), (line, name)
         for p in shipped:
             assert set(data.patches[p.name].modifications) == set(p.paths) | set(p.overlay), p.name
 
