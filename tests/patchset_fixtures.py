@@ -8,6 +8,13 @@ from pathlib import Path
 from patchkit.engine import Engine
 
 
+def next_version(repo: Path) -> str:
+    """The version after the current line's (its last number plus one), for a test that releases a change."""
+    current = Engine.from_repo(repo).patch_set().version
+    *head, last = current.split(".")
+    return ".".join([*head, str(int(last) + 1)])
+
+
 def release(repo: Path, version: str, note: str = "a test release") -> str:
     """Bump the current line of `repo` to `version`; returns the series digest recorded."""
     engine = Engine.from_repo(repo)

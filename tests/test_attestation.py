@@ -22,7 +22,7 @@ from patchkit.pr.export import status_gate
 from patchkit.series import read_series_file
 from serving import doctor
 from tests.engine_fixtures import REPO, copy_repo_data, snapshot
-from tests.patchset_fixtures import release
+from tests.patchset_fixtures import next_version, release
 
 ENGINE_PY = "sglang/srt/entrypoints/engine.py"
 quiet = lambda *a, **k: None
@@ -74,15 +74,16 @@ def test_status_and_doctor_read_the_manifest_back(target, tmp_path):
     summary, lines = doctor.patch_status(target, Engine.from_repo(REPO))
     assert summary == "applied" and said in lines
 
-    # another version of the set (one patch's message changed, released as 0.1.1): the tree is told apart
+    # another version of the set (one patch's message changed, released as the next version): the tree is told apart
     repo = copy_repo_data(tmp_path / "repo")
     patch = repo / "patches" / "0.5.14" / "sglang" / read_series_file(repo / "patches" / "0.5.14" / "sglang")[0]
     patch.write_text(patch.read_text().replace("\n\n", "\n\nA changed word.\n\n", 1))
-    release(repo, "0.1.1")
+    new = next_version(repo)
+    release(repo, new)
     r = cli(repo, "status", "--target", str(target))
-    assert f"version {ident.version}" in r.stdout and "(NOT this patch set: line 0.5.14, version 0.1.1" in r.stdout
+    assert f"version {ident.version}" in r.stdout and f"(NOT this patch set: line 0.5.14, version {new}" in r.stdout
     assert cli(repo, "apply", "--target", str(target)).returncode == 0       # the bytes are the same: apply re-attests
-    assert attestation.read(target)["version"] == "0.1.1"
+    assert attestation.read(target)["version"] == new
     assert "(this patch set)" in cli(repo, "status", "--target", str(target)).stdout
 
 

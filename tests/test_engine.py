@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_fixtures import REPO, copy_repo_data, first_patch_with_hunk, snapshot
-from tests.patchset_fixtures import release
+from tests.patchset_fixtures import next_version, release
 from patchkit import PatchkitError
 from patchkit.engine import Engine
 from patchkit.state import APPLIED, PARTIAL, PRISTINE
@@ -341,7 +341,7 @@ def test_check_reports_reach_trailers_that_fail_on_the_pin(repo_copy):
     line = next(l for l in text.splitlines() if l.startswith("Unreached-If: "))
     path = line.split(": ", 1)[1].split(" ~ ")[0]
     patch.write_text(text.replace(line, f"Unreached-If: {path} ~ import"))
-    release(repo_copy, "0.1.1")      # a changed patch is a new patch-set version (test_patchset.py)
+    release(repo_copy, next_version(repo_copy))      # a changed patch is a new patch-set version (test_patchset.py)
     r = run_cli(repo_copy, "check")
     assert r.returncode == 0 and "not reached on the pin" in r.stdout
     row = next(l for l in r.stdout.splitlines() if patch.name in l)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import PATCH_LINE
 from tests.engine_fixtures import snapshot
-from tests.patchset_fixtures import release
+from tests.patchset_fixtures import next_version, release
 from patchkit.conditions import conditions_of, unreached_reasons
 from patchkit.engine import Engine
 from patchkit.patchfile import parse_patch
@@ -226,7 +226,7 @@ def test_conflict_resolve_continue_refreshes_series_and_abort_restores(tmp_path)
         engine.pristine(name).unpack(site, root=up.root)
     state = engine.apply(site, log=lambda *a: None)
     assert state.summary == APPLIED
-    release(repo, "0.1.1")      # a rebased series (without --new-line) is a new version of its line
+    release(repo, next_version(repo))      # a rebased series (without --new-line) is a new version of its line
     check = cli(repo, "check")
     assert check.returncode == 0, check.stdout + check.stderr
 
