@@ -69,8 +69,11 @@ AOT_VENVS := .venv-triton38
 
 # LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)
 TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
+# TEST_WORKERS: pytest-xdist processes; each takes whole test files, so a file's module fixtures (unpacked trees,
+# AOT compiles, upstream checkouts) are built once. 2 fits the CI machine's two cores.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
-	$(VPY) -m pytest -q $(TEST_DIR)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_DIR)
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
