@@ -67,6 +67,8 @@ def describe(target: Path, ident: PatchSetId | None = None) -> str:
         return said
     if data["series_digest"] == ident.digest:
         return said + " (this patch set)"
+    if data["line"] != ident.line:      # another release line: apply refuses this target, its own line fits it
+        return said + f" (NOT this patch set: {ident.label}; the target is line {data['line']}'s)"
     return said + f" (NOT this patch set: {ident.label}; apply refreshes it)"
 
 

@@ -96,6 +96,10 @@ def test_rebase_new_line_starts_a_line_and_leaves_the_old_one_byte_for_byte(demo
     other = cli(repo, "apply", "--target", str(site), env=env)
     assert one_line_error(other) and "expected line 1.1, found line 1.0's patch set on demo 1.0" in other.stderr, \
         other.stderr
+    # status under the other line says whose tree it is, not that its apply (refused above) would refresh it
+    status = cli(repo, "status", "--target", str(site), env=env)
+    assert "(NOT this patch set: line 1.1" in status.stdout and "the target is line 1.0's)" in status.stdout \
+        and "apply refreshes it" not in status.stdout, status.stdout
     fresh = demo_target(tmp_path / "u")
     other = cli(repo, "apply", "--line", "1.1", "--target", str(fresh), env=env)
     assert one_line_error(other) and "(the release of line 1.0: pass --line 1.0)" in other.stderr, other.stderr
