@@ -1,6 +1,7 @@
 """Random DeepSeek-V4 sparse-decode inputs in the real FP8 page layout, and a float64 reference.
 
-Shared by tests/test_mma_decode.py, tests/gpu/test_mma_decode_gpu.py and tests/p7_heads_cases.py (the P7 tests).
+Shared by tests/test_mma_decode.py, tests/gpu/test_mma_decode_gpu.py, tests/p7_heads_cases.py (the P7 tests) and the
+0.5.23 line's P1 tests (tests/line_0_5_23/).
 Layout (DeepSeekV4SingleKVPool): a page of P tokens is ceil(P*584/576)*576 bytes; token t's
 448 fp8-e4m3 values at t*576, its 64 bf16 rope values at t*576+448, its 7 UE8M0 scale bytes
 at P*576 + t*8. The decode backend hands kernels a [pages, P, 1, 584] view of the 2-D pool.
@@ -184,3 +185,31 @@ def reference_f64(case: Case):
     w = torch.where(has[..., None], w, torch.zeros_like(w))
     out = torch.einsum("bht,btd->bhd", w, kv)
     return out[:, None], lse[..., None]
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative Frobenius error of a against b, in float64 on the CPU."""
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+class GraphInputs:
+    """Static buffers for a CUDA-graph capture of a decode call, as SGLang keeps them: q, indices, lengths and
+    sink copied, the KV pools copied with the kernel views over the copies. `load(case)` writes another case of
+    the same shapes into them before a replay."""
+
+    NAMES = ("q", "indices", "topk_length", "attn_sink", "extra_indices", "extra_topk_length")
+
+    def __init__(self, case: Case):
+        self.pool, self.extra_pool = case.pool.clone(), case.extra_pool.clone()
+        kw = case.kwargs()
+        self.kwargs = {k: (v.clone() if k in self.NAMES and isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        self.kwargs["k_cache"] = kernel_view(self.pool, case.page_size)
+        self.kwargs["extra_k_cache"] = kernel_view(self.extra_pool, case.extra_page_size)
+
+    def load(self, case: Case) -> None:
+        new = case.kwargs()
+        for name in self.NAMES:
+            self.kwargs[name].copy_(new[name])
+        self.pool.copy_(case.pool)
+        self.extra_pool.copy_(case.extra_pool)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.upstream import load_module
-from tests.mma_decode_cases import make_case, reference_f64
+from tests.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -25,11 +25,6 @@ REL_TOL = 1.2e-2
 @pytest.fixture(scope="module")
 def mma():
     return load_module(OVERLAY, "flash_mla_sm120_mma")
-
-
-def _rel(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm()).item()
 
 
 def check_against_oracle(case, out, lse, oracle):
@@ -119,25 +114,15 @@ def test_graph_capture_from_cold_start(heads):
 def _cold_graph_main(heads: int):
     mma = load_module(OVERLAY, "flash_mla_sm120_mma_cold")
     cases = [make_case(24, heads, 128, extra_topk=512, seed=s, device="cuda", num_pages=32) for s in range(3)]
-    static = cases[0].kwargs()
-    static = {k: (v.clone() if isinstance(v, torch.Tensor) and k not in ("k_cache", "extra_k_cache") else v)
-              for k, v in static.items()}
-    # KV pools are static in SGLang; the cases differ in pools too, so copy pool bytes as well.
-    pool, extra_pool = cases[0].pool.clone(), cases[0].extra_pool.clone()
-    static["k_cache"] = pool.view(torch.float8_e4m3fn)[:, : 256 * 584].view(pool.shape[0], 256, 1, 584)
-    static["extra_k_cache"] = extra_pool.view(torch.float8_e4m3fn)[:, : 64 * 584].view(extra_pool.shape[0], 64, 1, 584)
+    static = GraphInputs(cases[0])     # KV pools are static in SGLang; the cases differ in pools too
     stream = torch.cuda.Stream()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        out, _ = mma.flash_mla_sparse_decode_mma(**static)
+        out, _ = mma.flash_mla_sparse_decode_mma(**static.kwargs)
     errs = []
     for case in cases:
-        kw = case.kwargs()
-        for name in ("q", "indices", "topk_length", "attn_sink", "extra_indices", "extra_topk_length"):
-            static[name].copy_(kw[name])
-        pool.copy_(case.pool)
-        extra_pool.copy_(case.extra_pool)
+        static.load(case)
         graph.replay()
         torch.cuda.synchronize()
         errs.append(_rel(out, reference_f64(case)[0]))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.line_0_5_23 import p1_tree as T
-from tests.mma_decode_cases import make_case, reference_f64
+from tests.mma_decode_cases import make_case, reference_f64, rel_err as _rel
 
 N_HEADS = 64
 
@@ -26,9 +26,6 @@ def _decode(module, case):
     return module.flash_mla_with_kvcache_sm120(**kw)
 
 
-def _rel(a, b) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
 def test_default_stays_flashinfer(patched_root):

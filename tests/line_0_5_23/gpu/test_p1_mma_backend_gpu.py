@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tests.line_0_5_23 import p1_tree as T
-from tests.mma_decode_cases import make_case, reference_f64
+from tests.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -54,20 +54,15 @@ def backends(tree):
     return {name: T.dispatcher(tree, name) for name in ("mma", "triton")}
 
 
-def call(module, case):
-    """0.5.23's call, as deepseek_v4_backend.py makes it."""
-    kw = case.kwargs()
+def call(module, case=None, kwargs=None):
+    """0.5.23's call, as deepseek_v4_backend.py makes it (from a case, or from kwargs shaped like case.kwargs())."""
+    kw = case.kwargs() if case is not None else kwargs
     with T.with_kernels(module):
         return module.flash_mla_with_kvcache_sm120(
             q=kw["q"], k_cache=kw["k_cache"], head_dim_v=512, softmax_scale=kw["softmax_scale"],
             indices=kw["indices"], topk_length=kw["topk_length"], attn_sink=kw["attn_sink"],
             extra_k_cache=kw["extra_k_cache"], extra_indices_in_kvcache=kw["extra_indices"],
             extra_topk_length=kw["extra_topk_length"])
-
-
-def _rel(a, b) -> float:
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm()).item()
 
 
 SHAPES = [
@@ -117,29 +112,15 @@ def test_graph_capture_from_cold_start(tree, B, H):
 def _cold_graph_main(root: Path, B: int, H: int):
     module = T.dispatcher(root, "mma")
     cases = [make_case(B, H, 128, extra_topk=512, seed=s, device="cuda", num_pages=max(32, B // 2)) for s in range(3)]
-    static = cases[0]
-    pool, extra_pool = static.pool.clone(), static.extra_pool.clone()
-    kw = static.kwargs()
-    args = {k: (v.clone() if isinstance(v, torch.Tensor) and k not in ("k_cache", "extra_k_cache") else v)
-            for k, v in kw.items()}
-    args["k_cache"] = pool.view(torch.float8_e4m3fn)[:, : 256 * 584].view(pool.shape[0], 256, 1, 584)
-    args["extra_k_cache"] = extra_pool.view(torch.float8_e4m3fn)[:, : 64 * 584].view(extra_pool.shape[0], 64, 1, 584)
+    static = GraphInputs(cases[0])
     stream = torch.cuda.Stream()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with T.with_kernels(module), torch.cuda.graph(graph, stream=stream):
-        out = module.flash_mla_with_kvcache_sm120(
-            q=args["q"], k_cache=args["k_cache"], head_dim_v=512, softmax_scale=args["softmax_scale"],
-            indices=args["indices"], topk_length=args["topk_length"], attn_sink=args["attn_sink"],
-            extra_k_cache=args["extra_k_cache"], extra_indices_in_kvcache=args["extra_indices"],
-            extra_topk_length=args["extra_topk_length"])[0]
+    with torch.cuda.graph(graph, stream=stream):
+        out = call(module, kwargs=static.kwargs)[0]
     errs = []
     for case in cases:
-        new = case.kwargs()
-        for name in ("q", "indices", "topk_length", "attn_sink", "extra_indices", "extra_topk_length"):
-            args[name].copy_(new[name])
-        pool.copy_(case.pool)
-        extra_pool.copy_(case.extra_pool)
+        static.load(case)
         graph.replay()
         torch.cuda.synchronize()
         errs.append(_rel(out, reference_f64(case)[0]))
