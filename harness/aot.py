@@ -40,12 +40,13 @@ def decode_constexprs(block_h: int, block_t: int, split: bool) -> dict:
                 POW2_PAGES=True, BLOCK_H=block_h, BLOCK_T=block_t, MMA_DTYPE=tl.bfloat16)
 
 
-def ptxas_report(ptx: str, arch: int) -> dict:
-    """Registers and spill bytes from the ptxas that ships with Triton (`-v`) on the PTX."""
+def ptxas_report(ptx: str, arch: int, ptxas: Path | None = None) -> dict:
+    """Registers and spill bytes from `ptxas -v` on the PTX: the ptxas that ships with this Triton, or `ptxas`
+    (another release's, to tell its code generation from its assembler)."""
     import triton
 
     tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
-    ptxas = Path(triton.__file__).parent / "backends/nvidia/bin" / tool
+    ptxas = ptxas or Path(triton.__file__).parent / "backends/nvidia/bin" / tool
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
@@ -121,3 +122,17 @@ def triton_runtimes(root: Path) -> dict[str, tuple[str, Path | None]]:
         out[line] = (release, Path(sys.executable) if release_of(triton.__version__) == release
                      else python if python.is_file() else None)
     return out
+
+
+def compile_for_line(module: str, root: Path, line: str, args: tuple = ()) -> dict:
+    """compile_in_subprocess under release line `line`'s own Triton (triton_runtimes): a pytest skip naming the
+    venv to build where no Python has it, and an error if the run's Triton is not that release."""
+    import pytest
+
+    release, python = triton_runtimes(root)[line]
+    if python is None:
+        pytest.skip(f"no Python with triton {release} for the {line} line: make {aot_venv(root, release).name}"
+                    "/.installed (make test builds it)")
+    result = compile_in_subprocess(module, root, str(python), args)
+    assert release_of(result["triton"]) == release, f"expected triton {release}, the run had {result['triton']}"
+    return result

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.aot import (DIV16, MAIN_SIGNATURE, aot_venv, compile_in_subprocess, compile_kernel, decode_constexprs,
+from harness.aot import (DIV16, MAIN_SIGNATURE, aot_venv, compile_for_line, compile_kernel, decode_constexprs,
                          ptxas_report, release_of, triton_runtimes)
 from harness.upstream import extract_functions, load_module
 
@@ -108,13 +108,7 @@ RUNTIMES = triton_runtimes(REPO)
 @pytest.fixture(scope="module", params=sorted(RUNTIMES), ids=lambda line: f"line{line}")
 def compiled(request) -> dict:
     line = request.param
-    release, python = RUNTIMES[line]
-    if python is None:
-        pytest.skip(f"no Python with triton {release} for the {line} line: make {aot_venv(REPO, release).name}"
-                    "/.installed (make test builds it)")
-    result = compile_in_subprocess(__name__, REPO, python, (overlay_of(line),))
-    assert release_of(result["triton"]) == release, result["triton"]
-    return {**result, "line": line}
+    return {**compile_for_line(__name__, REPO, line, (overlay_of(line),)), "line": line}
 
 
 def test_every_shipped_config_compiles_for_both_archs(compiled):

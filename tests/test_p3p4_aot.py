@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.aot import aot_venv, compile_in_subprocess, compile_kernel, ptxas_report, release_of, triton_runtimes
+from harness.aot import compile_for_line, compile_kernel, ptxas_report, triton_runtimes
 from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,13 +96,7 @@ RUNTIMES = triton_runtimes(REPO)
 @pytest.fixture(scope="module", params=sorted(RUNTIMES), ids=lambda line: f"line{line}")
 def compiled(request) -> list[dict]:
     line = request.param
-    release, python = RUNTIMES[line]
-    if python is None:
-        pytest.skip(f"no Python with triton {release} for the {line} line: make {aot_venv(REPO, release).name}"
-                    "/.installed (make test builds it)")
-    result = compile_in_subprocess(__name__, REPO, python, (line,))
-    assert release_of(result["triton"]) == release, result["triton"]
-    return [{**row, "line": line} for row in result["rows"]]
+    return [{**row, "line": line} for row in compile_for_line(__name__, REPO, line, (line,))["rows"]]
 
 
 def test_every_config_is_built(compiled):
