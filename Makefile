@@ -176,4 +176,4 @@ bundle:
 	$(PYTHON) -m serving.bundle build $(LINE_ARG) --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
 
 prebuild-jit: $(VENV)/.installed
-	$(PYTHON) -m serving.bundle prebuild-jit --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)
+	$(PYTHON) -m serving.bundle prebuild-jit $(LINE_ARG) --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)

@@ -34,7 +34,7 @@ WORK = REPO / "build" / "jit-prebuild"
 # on the model's shapes: (python module, builder function, argument expressions). Marlin MXFP4 MoE (its GEMM,
 # the weight repack at load, the activation between the GEMMs) is the one that costs minutes. Modules with shape
 # arguments compile on first use there, ~10-20 s each.
-MODULES = [
+JIT_MODULES = {"0.5.14": [
     ("sglang.jit_kernel.moe_wna16_marlin", "_jit_moe_wna16_marlin_module", ["torch.bfloat16"]),
     ("sglang.jit_kernel.gptq_marlin_repack", "_jit_gptq_marlin_repack_module", []),
     ("sglang.jit_kernel.activation", "_jit_activation_module", ["torch.bfloat16"]),
@@ -43,7 +43,8 @@ MODULES = [
     ("sglang.jit_kernel.dsv4.moe", "_jit_hash_topk_module", []),
     ("sglang.jit_kernel.dsv4.compress", "_jit_compress_plan_module", []),
     ("sglang.jit_kernel.dsv4.elementwise", "_jit_fused_rope_module", []),
-]
+]}
+# Lines not listed have no such modules to prebuild for this project's bundle (0.5.23 has no sglang/jit_kernel).
 # sglang/jit_kernel/dsv4/__init__.py imports dsv4/gemm.py, which imports sglang.srt.layers.deep_gemm_wrapper and
 # with it the model stack (down to transformers' torchvision image utils) that this CPU process cannot load. The
 # compiling process registers that package without running its __init__; the kernel modules themselves load as is.
@@ -93,6 +94,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--python", type=Path, default=REPO / ".venv" / "bin" / "python",
                         help="a Python with torch and apache-tvm-ffi (default: the test venv)")
     parser.add_argument("--log", type=Path, help="also write the results table here")
+    parser.add_argument("--line", help="the release line whose sglang to compile (pin.lock; default: the newest)")
 
 
 def _cuda_home() -> str:
@@ -105,20 +107,16 @@ def _cuda_home() -> str:
     return str(Path(nvcc).resolve().parent.parent)
 
 
-def _patch_touches_jit_kernel() -> list[str]:
-    from patchkit.engine import Engine
-    engine = Engine.from_repo(REPO)
+def _patch_touches_jit_kernel(engine) -> list[str]:
     return [p for p in engine.chain("sglang").files if p.startswith("sglang/jit_kernel/")]
 
 
-def prepare(python: Path) -> tuple[Path, Path]:
+def prepare(python: Path, engine) -> tuple[Path, Path]:
     """(sglang tree, deps dir) for the compiling process."""
-    from patchkit.engine import Engine
     from .bundle import REQUIREMENTS, read_requirements
-    tree = WORK / "tree"
+    tree = WORK / f"tree-{engine.lock.line}"     # one per line: two lines' wheels never share a tree
     if not (tree / "sglang" / "jit_kernel").is_dir():
         say(f"unpacking the pinned sglang wheel into {tree}")
-        engine = Engine.from_repo(REPO)
         engine.pristine("sglang").unpack(tree, root=engine.lock.upstream("sglang").root)
     tag = subprocess.run([str(python), "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
                          capture_output=True, text=True, check=True).stdout.strip()
@@ -134,7 +132,14 @@ def prepare(python: Path) -> tuple[Path, Path]:
 
 
 def run(args) -> int:
-    touched = _patch_touches_jit_kernel()
+    from patchkit.engine import Engine
+    engine = Engine.from_repo(REPO, line=args.line)
+    modules = JIT_MODULES.get(engine.lock.line)
+    if modules is None:
+        say(f"error: expected a line with jit_kernel modules to prebuild ({', '.join(JIT_MODULES)}), found line "
+            f"{engine.lock.line}: run it with --line (make prebuild-jit LINE=...)")
+        return 1
+    touched = _patch_touches_jit_kernel(engine)
     if touched:
         say(f"error: expected the patch set to leave sglang/jit_kernel alone, found it changes {touched[0]}; "
             "a cache built from the pinned tree would not match the patched one")
@@ -143,15 +148,15 @@ def run(args) -> int:
     if not python.exists():
         say(f"error: expected a Python with torch and apache-tvm-ffi at {python} (make .venv/.installed), found none")
         return 1
-    tree, deps = prepare(python)
+    tree, deps = prepare(python, engine)
     out = Path(args.out or REPO / "build" / f"jit-cache-{args.arch}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     cuda_home = _cuda_home()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(deps), str(REPO / "serving" / "bundle_stubs")]),
            "TVM_FFI_CACHE_DIR": str(out), "CUDA_HOME": cuda_home, "PYTHONUNBUFFERED": "1"}
-    say(f"arch {args.arch}, cache {out}, CUDA_HOME {cuda_home}, {len(MODULES)} module(s)")
+    say(f"arch {args.arch}, cache {out}, CUDA_HOME {cuda_home}, {len(modules)} module(s)")
     t0 = time.time()
-    argv = [str(python), "-c", _DRIVER, args.arch, json.dumps(MODULES), json.dumps(PACKAGES_WITHOUT_INIT)]
+    argv = [str(python), "-c", _DRIVER, args.arch, json.dumps(modules), json.dumps(PACKAGES_WITHOUT_INIT)]
     proc = subprocess.Popen(argv, env=env, cwd=str(WORK), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     results = []
     for line in proc.stdout:                    # one line per module as it finishes: a cold Marlin takes minutes
@@ -160,7 +165,7 @@ def run(args) -> int:
             say(f"{results[-1]['module']}: {results[-1]['result']} ({results[-1]['seconds']} s)")
     stderr = proc.stderr.read()
     proc.wait()
-    if proc.returncode or len(results) != len(MODULES):
+    if proc.returncode or len(results) != len(modules):
         say(f"error: the compiling process exited {proc.returncode}: {stderr.strip().splitlines()[-3:]}")
     rows = [f"| {r['module']} | {r['result']} | {r['seconds']} |" for r in results]
     table = "\n".join([f"arch {args.arch}, nvcc from {cuda_home}, {time.time() - t0:.0f} s in all",
@@ -168,5 +173,5 @@ def run(args) -> int:
     print(table)
     if args.log:
         Path(args.log).write_text(table + "\n")
-    ok = proc.returncode == 0 and all(r["result"] == "ok" for r in results) and len(results) == len(MODULES)
+    ok = proc.returncode == 0 and all(r["result"] == "ok" for r in results) and len(results) == len(modules)
     return 0 if ok else 1
