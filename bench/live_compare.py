@@ -193,6 +193,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--eager", action="store_true",
                     help="no CUDA graphs (the same kernels, eagerly; for a box where graph capture does not finish)")
     ap.add_argument("--start-timeout", type=float, default=420.0, help="seconds for every server to be healthy")
+    ap.add_argument("--dummy-init", choices=("scaled", "sglang"), default="scaled",
+                    help="scaled: OVERLAY_DUMMY_INIT=scaled (attention matters); sglang: SGLang's own dummy weights "
+                         "(flat logits: a comparison cannot fail; for telling a weights problem from a kernel one)")
     ap.add_argument("--report", type=Path, metavar="DIR", help="print the tables from DIR's JSON files and stop")
     return ap.parse_args(argv)
 
@@ -220,7 +223,8 @@ def main(argv=None) -> int:
     graphs = (["--disable-cuda-graph"] if args.eager else
               ["--cuda-graph-max-bs-decode", str(max(args.batch)),
                "--cuda-graph-bs-decode", *map(str, sorted(set(args.batch)))])
-    variants = [server_pool.Variant(v, VARIANTS[v][0], {**DUMMY, **VARIANTS[v][1]},
+    dummy = DUMMY if args.dummy_init == "scaled" else {}
+    variants = [server_pool.Variant(v, VARIANTS[v][0], {**dummy, **VARIANTS[v][1]},
                                     extra_args=[*graphs, "--max-total-tokens", str(KV_TOKENS), "--random-seed", "0"])
                 for v in args.variants]
     servers = server_pool.build(variants, site, sys.executable, args.out)
