@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.aot import (DIV16, MAIN_SIGNATURE, aot_venv, compile_for_line, compile_kernel, decode_constexprs,
-                         ptxas_report, release_of, triton_runtimes)
+                         ptxas_report, triton_runtimes)
 from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +65,8 @@ def _compile_all(overlay: Path) -> dict:
                 **ptxas_report(ptx, arch)}
 
     gluon_probe = None
+    # Off TUNED_TRITON_RELEASES the dispatcher ships one Triton config; the others are still built, to show why.
+    shipped = set(mod.MMA_CONFIGS) if mod.tuned_for() else {mod.UNTUNED_RELEASE_CONFIG}
     for arch in ARCHS:
         for name, cfg in mod.MMA_CONFIGS.items():
             bh, bt, warps, stages = cfg["launch"]
@@ -72,7 +74,8 @@ def _compile_all(overlay: Path) -> dict:
                 for suffix, over in CACHE_VARIANTS.items():
                     const = {**decode_constexprs(bh, bt, split), **over}
                     info = build(mod._mma_sparse_decode_kernel, MAIN_SIGNATURE, const, DIV16, warps, stages, arch)
-                    rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}{suffix}", **info})
+                    rows.append({"arch": arch, "kernel": f"decode/{name}/split={split}{suffix}",
+                                 "shipped": name in shipped, **info})
         for name, cfg in mod.GLUON_CONFIGS.items():
             launch = cfg["launch"]
             if not mod.gluon_builds():
@@ -97,6 +100,8 @@ def _compile_all(overlay: Path) -> dict:
             info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE, const, ["H"], cwarps, 1, arch)
             rows.append({"arch": arch, "kernel": label, **info})
     return {"triton": triton.__version__, "gluon_builds": mod.gluon_builds(), "gluon_probe": gluon_probe,
+            "tuned": mod.tuned_for(), "untuned_config": mod.UNTUNED_RELEASE_CONFIG,
+            "untuned_picks": sorted({mod.pick_config(h, b) for h in (8, 16, 64, 128) for b in (1, 16, 64, 128)}),
             "pick": {"gluon_shape": mod.pick_config(*GLUON_SHAPE), "gluon_config": mod.GLUON_CONFIG,
                      "triton_config": mod.pick_triton_config(*GLUON_SHAPE)},
             "rows": rows}
@@ -149,25 +154,27 @@ def test_sm120_uses_mma_sync_only(compiled):
             assert row["mma_sync"] and not row["wgmma"], row
 
 
-# Triton releases under which the shipped Triton configs are known to spill, with what the gate found. The spill
-# test is xfail(strict=True) there: it turns red the day the gate passes, so this entry, and the 0.5.23 line's
-# "mma stays opt-in" in README, are revisited then.
-SPILLS_KNOWN = {
-    "3.8": "triton 3.8's PTX for the two-cache decode kernel makes ptxas spill (h16_t64_w8: 40 registers, 3128 B "
-           "stack, 6964 B spill stores on sm_120); triton 3.6's PTX of the same kernel does not spill under "
-           "either release's ptxas (docs/mma_decode_notes.md, 'Triton 3.8')",
-}
-
-
 @pytest.mark.parametrize("arch", ARCHS)
-def test_no_register_spills(compiled, arch, request):
-    release = release_of(compiled["triton"])
-    if release in SPILLS_KNOWN:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SPILLS_KNOWN[release]))
+def test_no_register_spills(compiled, arch):
+    """Every config this runtime ships (all of MMA_CONFIGS on a tuned release, else the one it takes) is spill-free."""
     for row in compiled["rows"]:
-        if row["arch"] == arch:
+        if row["arch"] == arch and row.get("shipped", True):
             assert row["spill_stores"] == 0 and row["spill_loads"] == 0, row
             assert row["regs"] <= 255, row
+
+
+def test_tuned_releases_agree_with_the_gate(compiled):
+    """TUNED_TRITON_RELEASES agrees with what this runtime builds: on a listed release every config is shipped (and
+    spill-free, above); on any other some tuned config spills, which is why that release's dispatcher sends every
+    shape to UNTUNED_RELEASE_CONFIG (spill-free there, above)."""
+    decode = [r for r in compiled["rows"] if r["kernel"].startswith("decode/")]
+    if compiled["tuned"]:
+        assert all(r["shipped"] for r in decode), compiled
+        return
+    unshipped = [r for r in decode if not r["shipped"]]
+    assert any(r["spill_stores"] for r in unshipped), (
+        f"every config builds spill-free under triton {compiled['triton']}: list the release in TUNED_TRITON_RELEASES")
+    assert compiled["untuned_picks"] == [compiled["untuned_config"]], compiled["untuned_picks"]
 
 
 def test_each_aot_venv_pins_the_triton_of_its_lines():

@@ -332,4 +332,14 @@ def test_gluon_only_on_the_triton_releases_it_builds_on(mma, version):
     shape, Gluon's included, gets a Triton config: decided by the release, not by a failed compile."""
     assert mma.gluon_builds("3.6.0") and mma.gluon_builds("3.6.1") and not mma.gluon_builds(version)
     for heads, batch in ((16, 16), (8, 128), (16, 64), (8, 1), (64, 128)):
-        assert mma.pick_config(heads, batch, version) == mma.pick_triton_config(heads, batch) in mma.MMA_CONFIGS
+        assert mma.pick_config(heads, batch, version) == mma.pick_triton_config(heads, batch, version) in mma.MMA_CONFIGS
+
+
+@pytest.mark.parametrize("version", ["3.8.0", "3.7.1", "3.9.0"])
+def test_an_untuned_triton_release_takes_the_one_config_that_builds_clean_there(mma, version):
+    """Off TUNED_TRITON_RELEASES (the AOT gate shows 3.8 spilling the tuned two-cache configs) every shape takes
+    UNTUNED_RELEASE_CONFIG; on 3.6 the measured table is unchanged."""
+    shapes = [(h, b) for h in (8, 16, 64, 128) for b in (1, 4, 16, 64, 128)]
+    assert {mma.pick_config(h, b, version) for h, b in shapes} == {mma.UNTUNED_RELEASE_CONFIG}
+    tuned = {mma.pick_triton_config(h, b, "3.6.0") for h, b in shapes}
+    assert tuned == {"h16_t16_w4", "h16_t64_w8", "h32_t32_w8"}

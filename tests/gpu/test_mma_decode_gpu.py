@@ -64,6 +64,24 @@ def test_full_shapes(mma, oracle, poisoned_empty, B, H, topk, extra_topk, page, 
     check_against_oracle(case, out, lse, oracle)
 
 
+# Every Triton config by name at a full two-cache shape, split and unsplit: the table sends each shape to one config,
+# and UNTUNED_RELEASE_CONFIG is what a Triton release off TUNED_TRITON_RELEASES (3.8) takes for every shape. This box
+# runs triton 3.6, so this checks the configs' numerics, not 3.8's code generation.
+@pytest.mark.parametrize("B,H", [(64, 8), (16, 64)], ids=["h8-b64", "h64-b16"])
+def test_every_triton_config(mma, oracle, poisoned_empty, B, H):
+    case = make_case(B, H, 128, page_size=256, extra_topk=512, extra_page_size=64, seed=B * H + 7, device="cuda",
+                     sink_mode="random", num_pages=64, invalid_frac=0.15)
+    kw = case.kwargs()
+    args = [kw[k] for k in ("q", "k_cache", "indices", "topk_length", "attn_sink", "softmax_scale",
+                            "extra_k_cache", "extra_indices", "extra_topk_length")]
+    assert mma.UNTUNED_RELEASE_CONFIG in mma.MMA_CONFIGS
+    for name in mma.MMA_CONFIGS:
+        for splits in (None, 1):
+            out, lse = mma.mma_sparse_decode(*args, config=name, num_splits=splits)
+            torch.cuda.synchronize()
+            check_against_oracle(case, out, lse, oracle)
+
+
 # Every Gluon config at the shapes it may serve (8 / 16 heads, 64 in head groups of 16), split and
 # unsplit, both caches and one, the c128 pool (page 2), sink +-inf and none: Gluon has no CPU
 # interpreter, so this is its numerics check (tests/test_mma_aot.py checks that it compiles).

@@ -1133,6 +1133,8 @@ MMA_CONFIGS = {
     "h16_t16_w4": dict(launch=(16, 16, 4, 1), per_sm=2, min_split=32),
     "h16_t64_w8": dict(launch=(16, 64, 8, 1), per_sm=1, min_split=64),
     "h32_t32_w8": dict(launch=(32, 32, 8, 1), per_sm=1, min_split=64),
+    # 33 KB shared, ~170-225 registers: the one config a release off TUNED_TRITON_RELEASES takes
+    "h16_t16_w8": dict(launch=(16, 16, 8, 1), per_sm=1, min_split=32),
 }
 # Gluon kernel (16 heads per program): launch = (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS, DQ). Q_SMEM keeps
 # q in shared memory (else it is re-read from L1 per tile); BITS converts fp8 by bit placement on the
@@ -1177,7 +1179,25 @@ GLUON_TRITON_RELEASES = ("3.6",)
 
 def gluon_builds(triton_version: str = triton.__version__) -> bool:
     """Whether the Gluon kernel is used under this Triton release."""
-    return ".".join(triton_version.split(".")[:2]) in GLUON_TRITON_RELEASES
+    return _release(triton_version) in GLUON_TRITON_RELEASES
+
+
+# Triton releases (major.minor) under which every MMA_CONFIGS entry builds without register spills on sm_120 and
+# sm_90, and which the shape table was measured with. Triton 3.8's code generation keeps more of each tile live:
+# there the two-cache builds of the tuned configs spill, and only the 16 x 16 tile with 8 warps builds clean on
+# both archs, so every shape takes it (AOT gate, tests/test_mma_aot.py; docs/mma_decode_notes.md "Triton 3.8").
+# Decided by version, like Gluon: never by a failed compile or a spill found at run time.
+TUNED_TRITON_RELEASES = ("3.6",)
+UNTUNED_RELEASE_CONFIG = "h16_t16_w8"
+
+
+def tuned_for(triton_version: str = triton.__version__) -> bool:
+    """Whether the shape table's Triton configs are used under this Triton release."""
+    return _release(triton_version) in TUNED_TRITON_RELEASES
+
+
+def _release(triton_version: str) -> str:
+    return ".".join(triton_version.split(".")[:2])
 
 
 def pick_config(
@@ -1191,14 +1211,19 @@ def pick_config(
         and batch >= GLUON_MIN_BATCH
     ):
         return GLUON_CONFIG
-    return pick_triton_config(num_heads, batch)
+    return pick_triton_config(num_heads, batch, triton_version)
 
 
-def pick_triton_config(num_heads: int, batch: int) -> str:
+def pick_triton_config(
+    num_heads: int, batch: int, triton_version: str = triton.__version__
+) -> str:
     """Static choice by shape, from the H200 split grid (bench/results/2026-11-29-probe-splits.txt,
     docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
     (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
-    twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads."""
+    twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads. Off
+    TUNED_TRITON_RELEASES, UNTUNED_RELEASE_CONFIG for every shape."""
+    if not tuned_for(triton_version):
+        return UNTUNED_RELEASE_CONFIG
     if batch * num_heads <= 512:
         return "h16_t16_w4"
     if num_heads > 16 and batch * num_heads >= 16 * 64:
