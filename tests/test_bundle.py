@@ -333,3 +333,17 @@ def test_tree_pythonpath_refuses_unknown_tree_and_missing_install(tmp_path):
         bundle.tree_pythonpath(tmp_path, "main")
     with pytest.raises(BundleError, match="expected a bundle installed by 'python3 -m serving.bundle install'"):
         bundle.tree_pythonpath(tmp_path, "pinned")
+
+
+def test_prebuild_jit_refuses_a_line_without_jit_modules_in_one_line_and_writes_nothing(tmp_path, capsys):
+    """prebuild-jit compiles one line's sglang/jit_kernel modules; a line that has none (0.5.23 moved its kernels)
+    is refused before anything is unpacked or compiled (it used to unpack the newest line and fail on import)."""
+    from serving import bundle_jit
+
+    out = tmp_path / "cache"
+    rc = bundle.main(["prebuild-jit", "--line", "0.5.23", "--arch", "9.0", "--out", str(out)])
+    err = capsys.readouterr().out.strip().splitlines()
+    assert rc == 1 and not out.exists()
+    assert len(err) == 1 and "expected a line with jit_kernel modules" in err[0] and "found line 0.5.23" in err[0]
+    assert not (bundle_jit.WORK / "tree-0.5.23").exists()
+    assert "0.5.14" in bundle_jit.JIT_MODULES
