@@ -31,7 +31,11 @@ TINY_OVERRIDES = {
     "hidden_size": 512,            # multiple of the fp8 weight block (128)
     "q_lora_rank": 256,
     "o_lora_rank": 256,
-    "n_routed_experts": 16,        # divisible by n_group (8); top-6 routing still fits
+    # The real count. SGLang 0.5.14's small-batch MoE router kernel (jit_kernel moe_fused_gate, small-token path)
+    # is built for 8, 12 or 16 warps per token and reads that many warps' partial results, but launches
+    # ceil(experts / 32) warps: with fewer than 225 experts it reads uninitialised shared memory, which killed
+    # the live servers with an illegal instruction (BENCHMARKS.md, "Live logprob comparison", run 7).
+    "n_routed_experts": 256,
     "moe_intermediate_size": 256,
     "vocab_size": 512,             # = the tiny tokenizer's vocabulary
 }

@@ -91,3 +91,21 @@ def test_pinned_tokenizer_loader_and_dsv4_chat_encoding_match_it(tiny_dir):
     ids = tok.encode(ours)
     assert ids[0] == config["bos_token_id"] and max(ids) < config["vocab_size"]
     assert tok.decode(ids) == ours
+
+
+def test_router_kernel_launches_the_warps_it_was_built_for(pristine_root):
+    """SGLang 0.5.14's small-batch MoE router kernel is instantiated for 8, 12 or 16 warps per token and reduces over
+    that many per-warp results, while its host code launches ceil(experts / 32) warps (at most 16). The tiny model's
+    expert count must make the two agree, else the kernel reads shared memory no warp wrote (an illegal instruction
+    on the H200: BENCHMARKS.md, "Live logprob comparison", run 7). Read from the pinned source, not assumed."""
+    import math
+    import re
+
+    src = (pristine_root / "sglang/jit_kernel/csrc/moe/moe_fused_gate.cuh").read_text()
+    built_for = sorted({int(n) for n in re.findall(r"moe_fused_gate_kernel_small_token<(\d+),", src)})
+    assert built_for == [8, 12, 16], built_for
+    assert "uint32_t warps_per_token = div_ceil(num_experts, kWarpSize);" in src
+    experts = tiny_model.tiny_config()["n_routed_experts"]
+    launched = min(math.ceil(experts / 32), 16)
+    instantiated = next(n for n in built_for if launched <= n)
+    assert launched == instantiated, f"{experts} experts launch {launched} warps into a kernel built for {instantiated}"
