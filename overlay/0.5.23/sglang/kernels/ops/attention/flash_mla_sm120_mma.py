@@ -170,6 +170,9 @@ def _load_tile(
         page = (idx // page_size).to(tl.int64)
         off = idx % page_size
     data = base + tl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
+    # Triton 3.8 loses the pools' 16-byte alignment through the select of two base pointers above and
+    # then loads the fp8 tile byte by byte (8x the loads, register spills); 3.6 keeps it. Same code on 3.6.
+    data = tl.multiple_of(data, 16)
     scale = base + (
         page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES)
     )
@@ -1133,7 +1136,9 @@ MMA_CONFIGS = {
     "h16_t16_w4": dict(launch=(16, 16, 4, 1), per_sm=2, min_split=32),
     "h16_t64_w8": dict(launch=(16, 64, 8, 1), per_sm=1, min_split=64),
     "h32_t32_w8": dict(launch=(32, 32, 8, 1), per_sm=1, min_split=64),
-    # 33 KB shared, ~170-225 registers: the one config a release off TUNED_TRITON_RELEASES takes
+    # 50 KB shared, ~210 registers: h16_t64_w8's stand-in under triton 3.8 (TUNED_TRITON_RELEASES)
+    "h16_t32_w8": dict(launch=(16, 32, 8, 1), per_sm=1, min_split=64),
+    # 33 KB shared, ~165 registers: what a Triton release off TUNED_TRITON_RELEASES takes for every shape
     "h16_t16_w8": dict(launch=(16, 16, 8, 1), per_sm=1, min_split=32),
 }
 # Gluon kernel (16 heads per program): launch = (BLOCK_T, STAGES, num_warps, Q_SMEM, BITS, DQ). Q_SMEM keeps
@@ -1182,12 +1187,13 @@ def gluon_builds(triton_version: str = triton.__version__) -> bool:
     return _release(triton_version) in GLUON_TRITON_RELEASES
 
 
-# Triton releases (major.minor) under which every MMA_CONFIGS entry builds without register spills on sm_120 and
-# sm_90, and which the shape table was measured with. Triton 3.8's code generation keeps more of each tile live:
-# there the two-cache builds of the tuned configs spill, and only the 16 x 16 tile with 8 warps builds clean on
-# both archs, so every shape takes it (AOT gate, tests/test_mma_aot.py; docs/mma_decode_notes.md "Triton 3.8").
+# Triton releases (major.minor) the AOT gate (tests/test_mma_aot.py) has passed, the release lines' (3.6, 3.8),
+# each with the configs it replaces there because they spill there. The shape table was measured under 3.6. Under
+# 3.8 h16_t64_w8 keeps an 8-byte spill on sm_90 (sm_120 is clean), so 16 x 32 serves its shapes. On any other
+# release every shape takes UNTUNED_RELEASE_CONFIG, the config with the most register headroom (the only one that
+# built clean under 3.8 before the alignment hint in _load_tile; docs/mma_decode_notes.md "Triton 3.8").
 # Decided by version, like Gluon: never by a failed compile or a spill found at run time.
-TUNED_TRITON_RELEASES = ("3.6",)
+TUNED_TRITON_RELEASES = {"3.6": {}, "3.8": {"h16_t64_w8": "h16_t32_w8"}}
 UNTUNED_RELEASE_CONFIG = "h16_t16_w8"
 
 
@@ -1220,15 +1226,17 @@ def pick_triton_config(
     """Static choice by shape, from the H200 split grid (bench/results/2026-11-29-probe-splits.txt,
     docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
     (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
-    twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads. Off
-    TUNED_TRITON_RELEASES, UNTUNED_RELEASE_CONFIG for every shape."""
+    twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads; with the
+    release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them."""
     if not tuned_for(triton_version):
         return UNTUNED_RELEASE_CONFIG
     if batch * num_heads <= 512:
-        return "h16_t16_w4"
-    if num_heads > 16 and batch * num_heads >= 16 * 64:
-        return "h32_t32_w8"
-    return "h16_t64_w8"
+        name = "h16_t16_w4"
+    elif num_heads > 16 and batch * num_heads >= 16 * 64:
+        name = "h32_t32_w8"
+    else:
+        name = "h16_t64_w8"
+    return TUNED_TRITON_RELEASES[_release(triton_version)].get(name, name)
 
 
 def pick_num_splits(
