@@ -41,6 +41,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
+# Gluon's CTA-wide barrier: gl.thread_barrier up to triton 3.6, gl.barrier from 3.8 on.
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
 # Sizes of the KV layout above and of a head. tl.constexpr so the kernels can read them (Triton
 # kernels see only constexpr globals); host code reads `.value`.
 _NOPE_DIM = tl.constexpr(
@@ -681,6 +684,10 @@ def _g_issue_tile(
     scale = base + (
         page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES)
     )
+    # As in _load_tile: triton 3.8 loses the alignment through the select of two base pointers (its cp.async
+    # would then copy single bytes, which it refuses); 3.6 keeps it.
+    data = gl.multiple_of(data, 16)
+    scale = gl.multiple_of(scale, 8)
 
     # One token -> thread mapping (lane // 4 + 8 * warp) in all three copy layouts, so the per-token
     # address converts between them without data movement.
@@ -973,7 +980,7 @@ def _gluon_sparse_decode_kernel(
         # Tile j landed (this thread's copies), then one barrier: every thread's copies visible and
         # every warp done with tile j-1, whose stage the next issue overwrites.
         async_copy.wait_group(STAGES - 2)
-        gl.thread_barrier()
+        _cta_barrier()
         ns = (j + STAGES - 1) % STAGES
         _g_issue_tile(
             idx_n,
@@ -1176,10 +1183,11 @@ GLUON_CONFIG = "g32dqq"
 GLUON_MAX_HEADS = 16
 GLUON_MIN_BATCH = 16
 # Triton releases (major.minor) whose Gluon API builds the Gluon kernel for sm_120 and sm_90 ahead of
-# time. Gluon is experimental and its API moves between releases (3.8 has no gl.thread_barrier), so on
-# any other release every shape takes the Triton kernel: decided here by version, never by catching a
-# failed compile inside a running server (or a CUDA-graph capture).
-GLUON_TRITON_RELEASES = ("3.6",)
+# time (tests/test_mma_aot.py): the release lines' (3.6, 3.8). Gluon is experimental and its API moves between
+# releases (3.8 renamed thread_barrier: _cta_barrier), so on any other release every shape takes the Triton
+# kernel: decided here by version, never by catching a failed compile inside a running server (or a CUDA-graph
+# capture).
+GLUON_TRITON_RELEASES = ("3.6", "3.8")
 
 
 def gluon_builds(triton_version: str = triton.__version__) -> bool:
