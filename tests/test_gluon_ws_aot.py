@@ -18,7 +18,7 @@ from harness.aot import compile_in_subprocess
 REPO = Path(__file__).resolve().parents[1]
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
-GATED = ("ws32g1",)
+GATED = ("ws32g1", "ws32g2")
 
 
 def _compile_all() -> list[dict]:

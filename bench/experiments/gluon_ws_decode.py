@@ -60,11 +60,12 @@ _g_fp8_bits_to_bf16 = _m._g_fp8_bits_to_bf16
 _g_bf16_scale = _m._g_bf16_scale
 _g_pow2 = _m._g_pow2
 _g_finish_rows = _m._g_finish_rows
+_cta_barrier = _m._cta_barrier  # gl.thread_barrier in triton 3.6, gl.barrier in 3.8
 
 # (BLOCK_T, STAGES, MMA_GROUPS, LOAD_WARPS, LOAD_REGS, MMA_REGS): experiment configs, not shipped.
 WS_CONFIGS = {
     "ws32g1": (32, 2, 1, 4, 152, 232),  # one MMA group: the loader only takes the gather off its warps
-    "ws32g2": (32, 2, 2, 4, 144, 184),  # two MMA groups take alternate tiles
+    "ws32g2": (32, 2, 2, 4, 136, 192),  # two MMA groups take alternate tiles (136 / 192: the split without spills)
 }
 BLOCK_H = gl.constexpr(16)  # heads per program (the MMA M)
 
@@ -95,7 +96,8 @@ def _ws_token_addr(idx, pos, n_main, main_u8, main_page, main_page_bytes, main_s
         off = idx % page_size
     data = base + gl.multiple_of(page * page_bytes + off * _TOKEN_DATA_BYTES, 64)
     scale = base + (page * page_bytes + (page_size * _TOKEN_DATA_BYTES + off * _TOKEN_SCALE_BYTES))
-    return data, scale, valid
+    # The pools' alignment, which triton 3.8 loses through the select of the two bases (as `_g_issue_tile`).
+    return gl.multiple_of(data, 16), gl.multiple_of(scale, 8), valid
 
 
 @gluon.jit
@@ -169,7 +171,7 @@ def _ws_loader(kbf_s, rope_s, sc_s, full, empty,
         r6 = _ws_group_load(data, valid, 6, LG)
         async_copy.wait_group(0)
         # Every loader thread's stores and copies done, then one thread arrives (release at CTA scope).
-        gl.thread_barrier()
+        _cta_barrier()
         mbarrier.arrive(full.index(s))
 
 
@@ -252,7 +254,7 @@ def _ws_mma_tiles(q_s, kbf_s, rope_s, sc_s, full, empty,
         acc5 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 8) & 0xFF, True)[None, :], kbf.slice(5 * BLOCK_T, BLOCK_T).load(B_OP), acc5)
         acc6 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, True)[None, :], kbf.slice(6 * BLOCK_T, BLOCK_T).load(B_OP), acc6)
         # The group's 4 warps are done reading stage s (named barrier of this partition), then release it.
-        gl.thread_barrier()
+        _cta_barrier()
         mbarrier.arrive(empty.index(s))
     return m_i, gl.sum(l_part, 1), acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
 
@@ -272,7 +274,7 @@ def _ws_mma_default(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end
         ROWS: gl.constexpr = gl.SliceLayout(1, MMA)
         mbarrier.wait(done.index(0), 0)
         x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-        y = rope_s.index(1)._reinterpret(gl.float32, [2 * BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
         m_o = y.slice(0, BLOCK_H).load(ROWS)
         l_o = y.slice(BLOCK_H, BLOCK_H).load(ROWS)
         m_n = gl.maximum(m_i, m_o)
@@ -308,7 +310,7 @@ def _ws_mma_worker(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end,
         main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2, HAS_EXTRA, BLOCK_T, STAGES,
         1, MMA_GROUPS)
     x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-    y = rope_s.index(1)._reinterpret(gl.float32, [2 * BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     x.slice(0 * BLOCK_H, BLOCK_H).store(acc0)
     x.slice(1 * BLOCK_H, BLOCK_H).store(acc1)
     x.slice(2 * BLOCK_H, BLOCK_H).store(acc2)
@@ -320,7 +322,7 @@ def _ws_mma_worker(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end,
     # Each row's m / l are replicated over the 4 warps (and 4 lanes): the copies store the same value.
     y.slice(0, BLOCK_H).store(m_i)
     y.slice(BLOCK_H, BLOCK_H).store(l_i)
-    gl.thread_barrier()
+    _cta_barrier()
     mbarrier.arrive(done.index(0))
 
 
@@ -386,7 +388,7 @@ def _gluon_ws_decode_kernel(
         mbarrier.init(empty.index(i), count=1)
     mbarrier.init(done.index(0), count=1)
     # q stored and barriers initialised before any partition starts.
-    gl.thread_barrier()
+    _cta_barrier()
 
     # Argument tuples written inline: a constexpr parameter of this kernel inside a tuple held in a
     # variable reaches the partition as a tensor (triton 3.6), inline it stays a constexpr.
@@ -567,10 +569,12 @@ def main() -> None:
     ap.add_argument("--aot", action="store_true", help="compile for sm_120 / sm_90, print rows as JSON (CPU)")
     ap.add_argument("--bench", action="store_true", help="time on the GPU next to g32dqq")
     ap.add_argument("--configs", default=",".join(WS_CONFIGS))
+    ap.add_argument("--heads", default="8,16")
+    ap.add_argument("--batches", default="16,64,128")
     args = ap.parse_args()
     names = [c for c in args.configs.split(",") if c]
     if args.bench:
-        bench(names)
+        bench(names, heads=tuple(map(int, args.heads.split(","))), batches=tuple(map(int, args.batches.split(","))))
     else:
         print(json.dumps(aot_rows(names=names)))
 
