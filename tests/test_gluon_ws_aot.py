@@ -3,8 +3,8 @@ RUN ON A GPU) compiles ahead of time for sm_120 and sm_90 on the CPU, as tests/t
 configs: shared memory <= 101376 bytes (sm_120's per-block limit), no register spills (ptxas -v), mma.sync and no
 wgmma, and really warp-specialised (setmaxnreg in the PTX, more warps than the 4 it is launched with).
 
-Gated: ws32g1 (one MMA group). ws32g2 (two MMA groups on alternate tiles) compiles too but spills 8-16 bytes
-at its register split (docs/mma_decode_notes.md); its row is compiled and checked for everything but spills.
+Gated, both: ws32g1 (one MMA group) and ws32g2 (two MMA groups on alternate tiles; spill-free only at the
+136 / 192 loader / MMA register split: 144 / 184 spilled 8-16 bytes, docs/mma_decode_notes.md).
 """
 from __future__ import annotations
 

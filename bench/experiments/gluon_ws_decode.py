@@ -113,7 +113,7 @@ def _ws_loader(kbf_s, rope_s, sc_s, full, empty,
                main_u8, main_idx, main_idx_stride, main_page, main_page_bytes, main_shift,
                extra_u8, extra_idx, extra_idx_stride, extra_page, extra_page_bytes, extra_shift,
                HAS_EXTRA: gl.constexpr, POW2_PAGES: gl.constexpr,
-               BLOCK_T: gl.constexpr, STAGES: gl.constexpr, LOAD_WARPS: gl.constexpr):
+               BLOCK_T: gl.constexpr, STAGES: gl.constexpr, LOAD_WARPS: gl.constexpr, PROBE: gl.constexpr):
     # One token -> thread mapping (lane // 4 + 8 * warp) in the nope (LG) and the rope / scale (LR) layouts,
     # so the per-token addresses convert between them without data movement (as in `_g_issue_tile`).
     LG: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [LOAD_WARPS, 1], [1, 0])
@@ -139,37 +139,39 @@ def _ws_loader(kbf_s, rope_s, sc_s, full, empty,
         s = j % STAGES
         # Stage s free: the MMA group that read tile j - STAGES is done (passes at once on the first use).
         mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
-        # Rope (bf16, used as is) and the 8 scale bytes of tile j: cp.async straight into the stage.
-        dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
-        vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
-        pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
-        async_copy.async_copy_global_to_shared(rope_s.index(s), pr, mask=vr[:, None] & (cr < 64)[None, :])
-        ds = gl.convert_layout(scale, gl.SliceLayout(1, LR), assert_trivial=True)
-        async_copy.async_copy_global_to_shared(sc_s.index(s), ds.to(gl.pointer_type(gl.int64)), mask=vr)
-        async_copy.commit_group()
-        # Tile j + 1's addresses; its fp8 bytes are loaded group by group below, each LDG issued right after
-        # the same group of tile j was converted and stored, so the next tile's loads fly during this store.
-        pos += BLOCK_T
-        idx = _g_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
-        data, scale, valid = _ws_token_addr(idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
-                                            extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA,
-                                            POW2_PAGES)
-        kbf = kbf_s.index(s)
-        kbf.slice(0 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r0))
-        r0 = _ws_group_load(data, valid, 0, LG)
-        kbf.slice(1 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r1))
-        r1 = _ws_group_load(data, valid, 1, LG)
-        kbf.slice(2 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r2))
-        r2 = _ws_group_load(data, valid, 2, LG)
-        kbf.slice(3 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r3))
-        r3 = _ws_group_load(data, valid, 3, LG)
-        kbf.slice(4 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r4))
-        r4 = _ws_group_load(data, valid, 4, LG)
-        kbf.slice(5 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r5))
-        r5 = _ws_group_load(data, valid, 5, LG)
-        kbf.slice(6 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r6))
-        r6 = _ws_group_load(data, valid, 6, LG)
-        async_copy.wait_group(0)
+        # PROBE 2 (MMA only): the ring is filled once with real tiles, then handed over without loads.
+        if (PROBE != 2) or (j < STAGES):
+            # Rope (bf16, used as is) and the 8 scale bytes of tile j: cp.async straight into the stage.
+            dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
+            vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
+            pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
+            async_copy.async_copy_global_to_shared(rope_s.index(s), pr, mask=vr[:, None] & (cr < 64)[None, :])
+            ds = gl.convert_layout(scale, gl.SliceLayout(1, LR), assert_trivial=True)
+            async_copy.async_copy_global_to_shared(sc_s.index(s), ds.to(gl.pointer_type(gl.int64)), mask=vr)
+            async_copy.commit_group()
+            # Tile j + 1's addresses; its fp8 bytes are loaded group by group below, each LDG issued right after
+            # the same group of tile j was converted and stored, so the next tile's loads fly during this store.
+            pos += BLOCK_T
+            idx = _g_indices(pos, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
+            data, scale, valid = _ws_token_addr(idx, pos, n_main, main_u8, main_page, main_page_bytes, main_shift,
+                                                extra_u8, extra_page, extra_page_bytes, extra_shift, HAS_EXTRA,
+                                                POW2_PAGES)
+            kbf = kbf_s.index(s)
+            kbf.slice(0 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r0))
+            r0 = _ws_group_load(data, valid, 0, LG)
+            kbf.slice(1 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r1))
+            r1 = _ws_group_load(data, valid, 1, LG)
+            kbf.slice(2 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r2))
+            r2 = _ws_group_load(data, valid, 2, LG)
+            kbf.slice(3 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r3))
+            r3 = _ws_group_load(data, valid, 3, LG)
+            kbf.slice(4 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r4))
+            r4 = _ws_group_load(data, valid, 4, LG)
+            kbf.slice(5 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r5))
+            r5 = _ws_group_load(data, valid, 5, LG)
+            kbf.slice(6 * BLOCK_T, BLOCK_T).store(_g_fp8_bits_to_bf16(r6))
+            r6 = _ws_group_load(data, valid, 6, LG)
+            async_copy.wait_group(0)
         # Every loader thread's stores and copies done, then one thread arrives (release at CTA scope).
         _cta_barrier()
         mbarrier.arrive(full.index(s))
@@ -180,7 +182,7 @@ def _ws_mma_tiles(q_s, kbf_s, rope_s, sc_s, full, empty,
                   row, start, end, n_main, n_tiles,
                   main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2,
                   HAS_EXTRA: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr,
-                  GROUP: gl.constexpr, MMA_GROUPS: gl.constexpr):
+                  GROUP: gl.constexpr, MMA_GROUPS: gl.constexpr, PROBE: gl.constexpr):
     """The shipped g32dqq tile body (4 warps along N), on tiles GROUP, GROUP + MMA_GROUPS, ... of the ring.
     Returns (m_i, l_i, acc0..acc7) in the MMA layout; the nope accumulators carry 2^-60."""
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
@@ -207,52 +209,53 @@ def _ws_mma_tiles(q_s, kbf_s, rope_s, sc_s, full, empty,
         pos_c = start + j * BLOCK_T + tcol
         idx_c = _g_indices(pos_c, row, n_main, end, main_idx, main_idx_stride, extra_idx, extra_idx_stride, HAS_EXTRA)
         mbarrier.wait(full.index(s), (j // STAGES) & 1)
-        kbf = kbf_s.index(s)
-        rope = rope_s.index(s)
-        sc = sc_s.index(s).load(COLS)
-        sc_lo = sc.to(gl.int32)
-        sc_hi = (sc >> 32).to(gl.int32)
-        s_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
-        for g in gl.static_range(7):
-            kt = kbf.slice(g * BLOCK_T, BLOCK_T).permute((1, 0)).load(B_OP)
-            s_g = mma_v2(q_s.slice(g * BLOCK_H, BLOCK_H).load(A_OP), kt, gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA))
-            if g < 4:
-                e = (sc_lo >> (8 * g)) & 0xFF
-            else:
-                e = (sc_hi >> (8 * (g - 4))) & 0xFF
-            s_t += (s_g * 1.329227995784916e36) * _g_pow2(e)[None, :]  # 2^120 from the bit placement
-        s_t = mma_v2(q_s.slice(7 * BLOCK_H, BLOCK_H).load(A_OP), rope.permute((1, 0)).load(B_OP), s_t)
+        if PROBE != 1:  # PROBE 1 (gather only): the MMA warps only hand the stage back
+            kbf = kbf_s.index(s)
+            rope = rope_s.index(s)
+            sc = sc_s.index(s).load(COLS)
+            sc_lo = sc.to(gl.int32)
+            sc_hi = (sc >> 32).to(gl.int32)
+            s_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA)
+            for g in gl.static_range(7):
+                kt = kbf.slice(g * BLOCK_T, BLOCK_T).permute((1, 0)).load(B_OP)
+                s_g = mma_v2(q_s.slice(g * BLOCK_H, BLOCK_H).load(A_OP), kt, gl.zeros([BLOCK_H, BLOCK_T], gl.float32, MMA))
+                if g < 4:
+                    e = (sc_lo >> (8 * g)) & 0xFF
+                else:
+                    e = (sc_hi >> (8 * (g - 4))) & 0xFF
+                s_t += (s_g * 1.329227995784916e36) * _g_pow2(e)[None, :]  # 2^120 from the bit placement
+            s_t = mma_v2(q_s.slice(7 * BLOCK_H, BLOCK_H).load(A_OP), rope.permute((1, 0)).load(B_OP), s_t)
 
-        valid = idx_c >= 0
-        s_t = gl.where(valid[None, :], s_t * qk_scale_log2, float("-inf"))
-        m_tile = gl.max(s_t, 1)
-        if gl.max(m_tile - m_i, 0) > 8.0:
-            m_new = gl.maximum(m_i, m_tile)
-            a = gl.exp2(m_i - m_new)[:, None]
-            acc0 = acc0 * a
-            acc1 = acc1 * a
-            acc2 = acc2 * a
-            acc3 = acc3 * a
-            acc4 = acc4 * a
-            acc5 = acc5 * a
-            acc6 = acc6 * a
-            acc7 = acc7 * a
-            l_part = l_part * a
-            m_i = m_new
-        p = gl.exp2(s_t - m_i[:, None])
-        l_part += p
-        p_a = gl.convert_layout(p.to(gl.bfloat16), A_OP)
-        psc = sc_s.index(s).load(P_COLS)
-        psc_lo = psc.to(gl.int32)
-        psc_hi = (psc >> 32).to(gl.int32)
-        acc7 = mma_v2(p_a, rope.load(B_OP), acc7)
-        acc0 = mma_v2(p_a * _g_bf16_scale(psc_lo & 0xFF, True)[None, :], kbf.slice(0 * BLOCK_T, BLOCK_T).load(B_OP), acc0)
-        acc1 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 8) & 0xFF, True)[None, :], kbf.slice(1 * BLOCK_T, BLOCK_T).load(B_OP), acc1)
-        acc2 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 16) & 0xFF, True)[None, :], kbf.slice(2 * BLOCK_T, BLOCK_T).load(B_OP), acc2)
-        acc3 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 24) & 0xFF, True)[None, :], kbf.slice(3 * BLOCK_T, BLOCK_T).load(B_OP), acc3)
-        acc4 = mma_v2(p_a * _g_bf16_scale(psc_hi & 0xFF, True)[None, :], kbf.slice(4 * BLOCK_T, BLOCK_T).load(B_OP), acc4)
-        acc5 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 8) & 0xFF, True)[None, :], kbf.slice(5 * BLOCK_T, BLOCK_T).load(B_OP), acc5)
-        acc6 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, True)[None, :], kbf.slice(6 * BLOCK_T, BLOCK_T).load(B_OP), acc6)
+            valid = idx_c >= 0
+            s_t = gl.where(valid[None, :], s_t * qk_scale_log2, float("-inf"))
+            m_tile = gl.max(s_t, 1)
+            if gl.max(m_tile - m_i, 0) > 8.0:
+                m_new = gl.maximum(m_i, m_tile)
+                a = gl.exp2(m_i - m_new)[:, None]
+                acc0 = acc0 * a
+                acc1 = acc1 * a
+                acc2 = acc2 * a
+                acc3 = acc3 * a
+                acc4 = acc4 * a
+                acc5 = acc5 * a
+                acc6 = acc6 * a
+                acc7 = acc7 * a
+                l_part = l_part * a
+                m_i = m_new
+            p = gl.exp2(s_t - m_i[:, None])
+            l_part += p
+            p_a = gl.convert_layout(p.to(gl.bfloat16), A_OP)
+            psc = sc_s.index(s).load(P_COLS)
+            psc_lo = psc.to(gl.int32)
+            psc_hi = (psc >> 32).to(gl.int32)
+            acc7 = mma_v2(p_a, rope.load(B_OP), acc7)
+            acc0 = mma_v2(p_a * _g_bf16_scale(psc_lo & 0xFF, True)[None, :], kbf.slice(0 * BLOCK_T, BLOCK_T).load(B_OP), acc0)
+            acc1 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 8) & 0xFF, True)[None, :], kbf.slice(1 * BLOCK_T, BLOCK_T).load(B_OP), acc1)
+            acc2 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 16) & 0xFF, True)[None, :], kbf.slice(2 * BLOCK_T, BLOCK_T).load(B_OP), acc2)
+            acc3 = mma_v2(p_a * _g_bf16_scale((psc_lo >> 24) & 0xFF, True)[None, :], kbf.slice(3 * BLOCK_T, BLOCK_T).load(B_OP), acc3)
+            acc4 = mma_v2(p_a * _g_bf16_scale(psc_hi & 0xFF, True)[None, :], kbf.slice(4 * BLOCK_T, BLOCK_T).load(B_OP), acc4)
+            acc5 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 8) & 0xFF, True)[None, :], kbf.slice(5 * BLOCK_T, BLOCK_T).load(B_OP), acc5)
+            acc6 = mma_v2(p_a * _g_bf16_scale((psc_hi >> 16) & 0xFF, True)[None, :], kbf.slice(6 * BLOCK_T, BLOCK_T).load(B_OP), acc6)
         # The group's 4 warps are done reading stage s (named barrier of this partition), then release it.
         _cta_barrier()
         mbarrier.arrive(empty.index(s))
@@ -263,12 +266,12 @@ def _ws_mma_tiles(q_s, kbf_s, rope_s, sc_s, full, empty,
 def _ws_mma_default(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end, n_main, n_tiles,
                     main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2,
                     HAS_EXTRA: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr,
-                    MMA_GROUPS: gl.constexpr):
+                    MMA_GROUPS: gl.constexpr, PROBE: gl.constexpr):
     """Group 0 (the default partition); with 2 groups it merges group 1's state from the ring."""
     m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _ws_mma_tiles(
         q_s, kbf_s, rope_s, sc_s, full, empty, row, start, end, n_main, n_tiles,
         main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2, HAS_EXTRA, BLOCK_T, STAGES,
-        0, MMA_GROUPS)
+        0, MMA_GROUPS, PROBE)
     if MMA_GROUPS == 2:
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
         ROWS: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -299,7 +302,7 @@ def _ws_mma_default(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end
 def _ws_mma_worker(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end, n_main, n_tiles,
                    main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2,
                    HAS_EXTRA: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr,
-                   MMA_GROUPS: gl.constexpr):
+                   MMA_GROUPS: gl.constexpr, PROBE: gl.constexpr):
     """Group 1: odd tiles; leaves acc (fp32, 32 KB: the bf16 tile of stage 1) and m, l (in stage 1's rope
     buffer) in ring stage 1, which no later tile uses (STAGES = 2: the odd tiles are its), then arrives on
     `done`."""
@@ -308,7 +311,7 @@ def _ws_mma_worker(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end,
     m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _ws_mma_tiles(
         q_s, kbf_s, rope_s, sc_s, full, empty, row, start, end, n_main, n_tiles,
         main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2, HAS_EXTRA, BLOCK_T, STAGES,
-        1, MMA_GROUPS)
+        1, MMA_GROUPS, PROBE)
     x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     x.slice(0 * BLOCK_H, BLOCK_H).store(acc0)
@@ -336,7 +339,7 @@ def _gluon_ws_decode_kernel(
     HAS_MAIN_LEN: gl.constexpr, HAS_EXTRA: gl.constexpr, HAS_EXTRA_LEN: gl.constexpr, HAS_SINK: gl.constexpr,
     SPLIT: gl.constexpr, POW2_PAGES: gl.constexpr,
     BLOCK_T: gl.constexpr, STAGES: gl.constexpr, MMA_GROUPS: gl.constexpr, LOAD_WARPS: gl.constexpr,
-    LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr,
+    LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, PROBE: gl.constexpr,
 ):
     """Launch with num_warps=4 (the default partition, MMA group 0); the partitions add the rest."""
     gl.static_assert(STAGES % MMA_GROUPS == 0)
@@ -396,24 +399,24 @@ def _gluon_ws_decode_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = gl.warp_specialize([
             (_ws_mma_default, (q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end, n_main, n_tiles,
               main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2,
-              HAS_EXTRA, BLOCK_T, STAGES, MMA_GROUPS)),
+              HAS_EXTRA, BLOCK_T, STAGES, MMA_GROUPS, PROBE)),
             (_ws_mma_worker, (q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end, n_main, n_tiles,
               main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2,
-              HAS_EXTRA, BLOCK_T, STAGES, MMA_GROUPS)),
+              HAS_EXTRA, BLOCK_T, STAGES, MMA_GROUPS, PROBE)),
             (_ws_loader, (kbf_s, rope_s, sc_s, full, empty, row, start, end, n_main, n_tiles,
               main_u8, main_idx, main_idx_stride, main_page, main_page_bytes, main_shift,
               extra_u8, extra_idx, extra_idx_stride, extra_page, extra_page_bytes, extra_shift,
-              HAS_EXTRA, POW2_PAGES, BLOCK_T, STAGES, LOAD_WARPS)),
+              HAS_EXTRA, POW2_PAGES, BLOCK_T, STAGES, LOAD_WARPS, PROBE)),
         ], [4, LOAD_WARPS], [MMA_REGS, LOAD_REGS])
     else:
         m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = gl.warp_specialize([
             (_ws_mma_default, (q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end, n_main, n_tiles,
               main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2,
-              HAS_EXTRA, BLOCK_T, STAGES, MMA_GROUPS)),
+              HAS_EXTRA, BLOCK_T, STAGES, MMA_GROUPS, PROBE)),
             (_ws_loader, (kbf_s, rope_s, sc_s, full, empty, row, start, end, n_main, n_tiles,
               main_u8, main_idx, main_idx_stride, main_page, main_page_bytes, main_shift,
               extra_u8, extra_idx, extra_idx_stride, extra_page, extra_page_bytes, extra_shift,
-              HAS_EXTRA, POW2_PAGES, BLOCK_T, STAGES, LOAD_WARPS)),
+              HAS_EXTRA, POW2_PAGES, BLOCK_T, STAGES, LOAD_WARPS, PROBE)),
         ], [LOAD_WARPS], [LOAD_REGS])
 
     # The shipped epilogue (default warps only).
@@ -442,12 +445,20 @@ def _gluon_ws_decode_kernel(
     gl.store(o_ptrs + _NOPE_DIM, (acc7 * f).to(o_ptrs.dtype.element_ty), mask=o_mask)
 
 
+# Probes (timing only, outputs are wrong): "<config>:gather" times the loader alone (the MMA warps only hand
+# stages back), "<config>:mma" the MMA warps alone (the ring is filled once, then handed over without loads).
+PROBES = {"": 0, "gather": 1, "mma": 2}
+
+
 def ws_constexprs(name: str, split: bool, **over) -> dict:
-    """Constexprs of a WS config in the production specialisation (as tests/test_mma_aot.py's gluon ones)."""
+    """Constexprs of a WS config in the production specialisation (as tests/test_mma_aot.py's gluon ones);
+    `name` may carry a probe suffix (":gather", ":mma")."""
+    name, _, probe = name.partition(":")
+    over = {"PROBE": PROBES[probe], **over}
     block_t, stages, groups, load_warps, load_regs, mma_regs = WS_CONFIGS[name]
     return {**dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=split,
                    POW2_PAGES=True, BLOCK_T=block_t, STAGES=stages, MMA_GROUPS=groups, LOAD_WARPS=load_warps,
-                   LOAD_REGS=load_regs, MMA_REGS=mma_regs), **over}
+                   LOAD_REGS=load_regs, MMA_REGS=mma_regs, PROBE=0), **over}
 
 
 def ws_sparse_decode(q, k_cache, indices, topk_length, attn_sink, softmax_scale, extra_k_cache=None,
@@ -551,7 +562,7 @@ def bench(configs, heads=(8, 16), batches=(16, 64, 128)) -> list[dict]:
             for name in ["g32dqq", *configs]:
                 def call(i, name=name):
                     a = inp.args(i)
-                    if name in WS_CONFIGS:
+                    if name.partition(":")[0] in WS_CONFIGS:
                         return ws_sparse_decode(*a[:5], bm.SCALE, *a[7:], config=name)
                     return _m.mma_sparse_decode(*a[:5], bm.SCALE, *a[7:], config=name)
                 try:
