@@ -306,8 +306,6 @@ def _ws_mma_worker(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end,
     """Group 1: odd tiles; leaves acc (fp32, 32 KB: the bf16 tile of stage 1) and m, l (in stage 1's rope
     buffer) in ring stage 1, which no later tile uses (STAGES = 2: the odd tiles are its), then arrives on
     `done`."""
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
-    ROWS: gl.constexpr = gl.SliceLayout(1, MMA)
     m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _ws_mma_tiles(
         q_s, kbf_s, rope_s, sc_s, full, empty, row, start, end, n_main, n_tiles,
         main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2, HAS_EXTRA, BLOCK_T, STAGES,
