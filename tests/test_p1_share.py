@@ -25,6 +25,8 @@ def test_variants_cover_backends_contexts_and_the_ablation(tmp_path):
     extra = by["mma-1M"].extra_args
     assert extra[extra.index("--cuda-graph-max-bs-decode") + 1] == "64"
     assert int(extra[extra.index("--max-total-tokens") + 1]) >= 64 * (4096 + 256)
+    # the sliding-window pool (a fraction of the full one) must hold the whole batch too
+    assert float(extra[extra.index("--swa-full-tokens-ratio") + 1]) == 1.0
     assert "--disable-cuda-graph" not in extra
     assert [v.name for v in p1_share.variants(args("--no-ablation", "--contexts", "131072"), tmp_path)] == \
         ["triton-128K", "mma-128K"]
