@@ -48,7 +48,8 @@ from serving import emulate_sm120, serve_cmd, smoke
 
 SPARSE = "SGLANG_SM120_SPARSE_DECODE"
 SKIP = "skip"
-ATTENTION_KERNELS = ("_mma_sparse_decode_kernel", "_combine_splits_kernel", "_tiled_sparse_decode_kernel")
+ATTENTION_KERNELS = ("_mma_sparse_decode_kernel", "_gluon_sparse_decode_kernel", "_combine_splits_kernel",
+                     "_tiled_sparse_decode_kernel")
 
 
 def say(msg: str) -> None:

@@ -42,18 +42,20 @@ def kernel(name, dur, cat="kernel"):
 
 def test_profiled_share_counts_the_sparse_decode_kernels_only(tmp_path):
     events = [kernel("_mma_sparse_decode_kernel_0d1d2d", 30), kernel("_combine_splits_kernel", 10),
+              kernel("_gluon_sparse_decode_kernel", 20),   # the mma backend's kernel for <= 16 heads
               kernel("fused_moe_marlin", 50), kernel("nvjet_gemm", 10),
               {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "dur": 500},   # not GPU time
               {"ph": "i", "cat": "kernel", "name": "_mma_sparse_decode_kernel", "dur": 99}]  # not a span
     total, attn, names = p1_share.kernel_times(trace(events))
-    assert (total, attn) == (100, 40) and names == {"_mma_sparse_decode_kernel": 30, "_combine_splits_kernel": 10}
+    assert (total, attn) == (120, 60) and names == {"_mma_sparse_decode_kernel": 30, "_combine_splits_kernel": 10,
+                                                    "_gluon_sparse_decode_kernel": 20}
     folder = tmp_path / "prof"
     folder.mkdir()
     with gzip.open(folder / "a-TP-0.trace.json.gz", "wt") as fh:
         json.dump(trace(events), fh)
     (folder / "b.trace.json").write_text(json.dumps(trace([kernel("_tiled_sparse_decode_kernel", 100, "Kernel")])))
     got = p1_share.read_traces(folder)
-    assert got["kernel_us"] == 200 and got["attention_us"] == 140 and got["share"] == pytest.approx(0.7)
+    assert got["kernel_us"] == 220 and got["attention_us"] == 160 and got["share"] == pytest.approx(160 / 220)
     (folder / "c.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:-8])
     assert "error" in p1_share.read_traces(folder)
     assert p1_share.read_traces(tmp_path) is None
