@@ -16,7 +16,8 @@ This init keeps activations O(1) through the layers, by role (name and dtype of 
                                                                window's softmax mass, so ignoring it shows
     fp8_weight   float8 block-quantised linears                N(0, 1) clipped to +-FP8_CLIP, in float8
     fp8_scale    their weight_scale_inv (per 128x128 block)    2^round(log2(1/sqrt(in))) (a ue8m0 value)
-    fp4_weight   MXFP4 experts, two e2m1 codes per int8        uniform random bytes (every code)
+    fp4_weight   MXFP4 experts, two e2m1 codes per int8        uniform random bytes (every code), one draw
+                                                               shared by all experts of a layer (below)
     fp4_scale    their per-32 scales (fp32)                    2^round(log2(1/(E2M1_RMS * sqrt(in))))
     hc_fn        mHC mixing matrices                           N(0, 1/in)
     hc_scale     mHC scales                                    HC_SCALE
@@ -28,6 +29,13 @@ This init keeps activations O(1) through the layers, by role (name and dtype of 
                                                                the router, wo_a, wkv_gate, weights_proj)
     unknown      any other float tensor                        N(0, 0.02^2), and named in the summary
     kept         integer tensors (tid2eid...) and complex ones untouched (the model initialised them)
+
+The routed experts of a layer are identical. Top-k routing is discontinuous: with distinct experts a 2e-3
+relative change of the attention output (two correct kernels' rounding) flipped near-tied router choices and
+moved the next-token logprobs by up to 0.27 nats, as much as a subtly broken kernel (the 2026-12-03 live run:
+two correct decode kernels 0.5-0.9 nats apart). With identical experts and top-k weights normalised to a fixed
+sum the MoE output does not depend on which experts are picked, so only the model's smooth part amplifies
+(tests/test_dummy_init.py). The router, the MoE kernels and their shapes run as before.
 
 Every tensor gets its own generator seeded from its name (crc32) and SEED, on the tensor's device, so
 the pinned and the patched tree get identical weights on one GPU. It runs where sglang's dummy init
@@ -153,10 +161,12 @@ def fill(name: str, t: torch.Tensor, rule: str, state: dict) -> None:
             fan_in = state[_sibling(name, _scaled_leaf(_leaf(name)))].shape[-1]
             t.fill_(_pow2(1.0 / math.sqrt(fan_in)))
         elif rule == "fp4_weight":
-            # one expert at a time: an int16 temporary of a whole Flash w13 would be 4 GB
-            for chunk in (t if t.dim() >= 3 else [t]):
-                chunk.copy_(torch.randint(-128, 128, chunk.shape, generator=g, device=t.device,
-                                          dtype=torch.int16).to(t.dtype))
+            # one expert's draw (an int16 temporary of a whole Flash w13 would be 4 GB), copied to the others
+            first = t[0] if t.dim() >= 3 else t
+            first.copy_(torch.randint(-128, 128, first.shape, generator=g, device=t.device,
+                                      dtype=torch.int16).to(t.dtype))
+            for chunk in (t[1:] if t.dim() >= 3 else []):
+                chunk.copy_(first)
         elif rule == "fp4_scale":
             packed = state[_sibling(name, _scaled_leaf(_leaf(name)))]
             fan_in = packed.shape[-1] * 2

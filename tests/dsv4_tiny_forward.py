@@ -127,7 +127,7 @@ def _hc_post(out, X, post, comb):
     return post.unsqueeze(-1) * out.unsqueeze(1) + torch.einsum("tij,tih->tjh", comb, X)
 
 
-def _attention(h, state, a, c, zero_attention: bool):
+def _attention(h, state, a, c, zero_attention: bool, attention_out=None):
     T, heads, hd = h.shape[0], c["num_attention_heads"], c["head_dim"]
     q = rms_norm(h @ fp8_weight(state, f"{a}.wq_a").T, state[f"{a}.q_norm.weight"])
     q = rms_norm((q @ fp8_weight(state, f"{a}.wq_b").T).view(T, heads, hd))
@@ -141,6 +141,8 @@ def _attention(h, state, a, c, zero_attention: bool):
     o = torch.einsum("hts,sd->thd", p, kv)
     if zero_attention:
         o = torch.zeros_like(o)
+    if attention_out is not None:       # a perturbation of the attention output [T, heads, head_dim]
+        o = attention_out(o, a)
     g, r = c["o_groups"], c["o_lora_rank"]
     wo_a = state[f"{a}.wo_a.weight"].float().view(g, r, heads * hd // g)
     o = torch.einsum("tgi,gri->tgr", o.reshape(T, g, heads * hd // g), wo_a).reshape(T, g * r)
@@ -169,8 +171,10 @@ def _moe(h, state, m, c, ids):
     return out + (F.silu(gate) * up) @ fp8_weight(state, f"{m}.shared_experts.down_proj").T
 
 
-def forward(state: dict, c: dict, ids: torch.Tensor, hc_pre_impl, zero_attention: bool = False) -> dict:
-    """{'stream_rms': [per layer, after attention and after the MoE], 'logits': [T, vocab]}."""
+def forward(state: dict, c: dict, ids: torch.Tensor, hc_pre_impl, zero_attention: bool = False,
+            attention_out=None) -> dict:
+    """{'stream_rms': [per layer, after attention and after the MoE], 'logits': [T, vocab]};
+    attention_out(o, layer_prefix) -> o, if given, replaces each layer's attention output (before wo)."""
     x = state["model.embed_tokens.weight"][ids].float()
     X = x.unsqueeze(1).expand(-1, c["hc_mult"], -1).contiguous()
     stream_rms = []
@@ -178,7 +182,7 @@ def forward(state: dict, c: dict, ids: torch.Tensor, hc_pre_impl, zero_attention
         p = f"model.layers.{i}"
         y, post, comb = _hc_pre(X, state, f"{p}.hc_attn", c, hc_pre_impl)
         out = _attention(rms_norm(y, state[f"{p}.input_layernorm.weight"]), state, f"{p}.self_attn", c,
-                         zero_attention)
+                         zero_attention, attention_out)
         X = _hc_post(out, X, post, comb)
         stream_rms.append(rms(X))
         y, post, comb = _hc_pre(X, state, f"{p}.hc_ffn", c, hc_pre_impl)
