@@ -346,3 +346,20 @@ def test_a_release_the_gate_has_not_passed_takes_the_config_with_the_most_headro
     assert {mma.pick_triton_config(h, b, "3.8.0") for h, b in shapes} == {"h16_t16_w4", "h16_t32_w8", "h32_t32_w8"}
     assert all(mma.pick_triton_config(h, b, "3.8.0") == mma.TUNED_TRITON_RELEASES["3.8"].get(
         mma.pick_triton_config(h, b, "3.6.0"), mma.pick_triton_config(h, b, "3.6.0")) for h, b in shapes)
+
+
+def test_shape_thresholds_are_keyed_by_the_sm_count_they_were_measured_on(mma, monkeypatch):
+    """pick_config's thresholds come from SHAPE_RULES by SM count: the measured 132-SM row (H200) by default and
+    for any count without its own row (the nearest measured), so a card with another SM count can be re-tuned
+    by adding its row without touching other cards' choices."""
+    h200 = mma.SHAPE_RULES[132]
+    assert mma.shape_rule() == mma.shape_rule(132) == mma.shape_rule(188) == h200   # one row measured so far
+    assert mma.pick_config(16, 16, "3.6.0", sms=188) == mma.pick_config(16, 16, "3.6.0") == mma.GLUON_CONFIG
+    other = mma.ShapeRule(small_tiles_max_row_heads=1024, wide_heads_min_row_heads=2048, gluon_max_heads=16,
+                          gluon_min_batch=32)
+    monkeypatch.setattr(mma, "SHAPE_RULES", {132: h200, 188: other})
+    assert mma.shape_rule(188) == mma.shape_rule(170) == other and mma.shape_rule(150) == mma.shape_rule(160) == h200
+    assert mma.pick_config(16, 16, "3.6.0", sms=188) == "h16_t16_w4"           # 188's row: Triton up to 32 rows
+    assert mma.pick_config(16, 16, "3.6.0", sms=132) == mma.pick_config(16, 16, "3.6.0") == mma.GLUON_CONFIG
+    assert mma.pick_triton_config(64, 16, "3.6.0", sms=188) == "h16_t16_w4"   # 1024 rows x heads: small tiles
+    assert mma.pick_triton_config(64, 16, "3.6.0", sms=132) == "h32_t32_w8"

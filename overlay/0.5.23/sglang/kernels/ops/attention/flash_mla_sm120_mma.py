@@ -32,6 +32,7 @@ P*576 + t*8. Index = page*P + offset; -1 is invalid.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -1175,13 +1176,35 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-# Gluon serves <= 16 heads (TP >= 4) from this many rows up: there it measured 3-17% faster than the
-# Triton configs on the H200 with one program per SM, which is what its 92 KB of shared memory gets on
-# sm_120 too (bench/results/2026-12-01-p1-gluon-run2-bench_mma_decode.txt; docs/mma_decode_notes.md).
-# Below 16 rows and at 64 heads (four 16-head programs per row) Triton stays.
 GLUON_CONFIG = "g32dqq"
-GLUON_MAX_HEADS = 16
-GLUON_MIN_BATCH = 16
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """Where pick_config's choices change, for one SM count (rows = batch)."""
+
+    small_tiles_max_row_heads: int  # 4-warp 16 x 16 tiles up to this many rows x heads
+    wide_heads_min_row_heads: int  # > 16 heads take 32-head programs from this many
+    gluon_max_heads: int  # the Gluon kernel serves up to this many heads ...
+    gluon_min_batch: int  # ... from this many rows
+
+
+# The shape thresholds by the SM count of the card they were measured on. 132 (H200): the split grid
+# (bench/results/2026-11-29-probe-splits.txt) for the Triton configs; Gluon for <= 16 heads (TP >= 4)
+# from 16 rows, where it measured 3-17% faster with one program per SM, which is what its 92 KB of
+# shared memory gets on sm_120 too (bench/results/2026-12-01-p1-gluon-run2-bench_mma_decode.txt). A card
+# with another SM count takes the nearest measured row until its own is measured (the decode bench's
+# --sweep on that card) and added here. The split rule (pick_num_splits) already scales with SMs.
+SHAPE_RULES = {132: ShapeRule(512, 1024, 16, 16)}
+
+
+def shape_rule(sms: Optional[int] = None) -> ShapeRule:
+    """The measured row for this SM count: its own, else the nearest (the smaller on a tie); None: 132."""
+    if sms is None:
+        return SHAPE_RULES[132]
+    return SHAPE_RULES[min(SHAPE_RULES, key=lambda n: (abs(n - sms), n))]
+
+
 # Triton releases (major.minor) whose Gluon API builds the Gluon kernel for sm_120 and sm_90 ahead of
 # time (tests/test_mma_aot.py): the release lines' (3.6, 3.8). Gluon is experimental and its API moves between
 # releases (3.8 renamed thread_barrier: _cta_barrier), so on any other release every shape takes the Triton
@@ -1215,21 +1238,28 @@ def _release(triton_version: str) -> str:
 
 
 def pick_config(
-    num_heads: int, batch: int, triton_version: str = triton.__version__
+    num_heads: int,
+    batch: int,
+    triton_version: str = triton.__version__,
+    sms: Optional[int] = None,
 ) -> str:
     """The config for a shape: Gluon for few heads and many rows on a Triton release
-    it builds on, else pick_triton_config's."""
+    it builds on, else pick_triton_config's; thresholds from shape_rule(sms)."""
+    rule = shape_rule(sms)
     if (
         gluon_builds(triton_version)
-        and num_heads <= GLUON_MAX_HEADS
-        and batch >= GLUON_MIN_BATCH
+        and num_heads <= rule.gluon_max_heads
+        and batch >= rule.gluon_min_batch
     ):
         return GLUON_CONFIG
-    return pick_triton_config(num_heads, batch, triton_version)
+    return pick_triton_config(num_heads, batch, triton_version, sms)
 
 
 def pick_triton_config(
-    num_heads: int, batch: int, triton_version: str = triton.__version__
+    num_heads: int,
+    batch: int,
+    triton_version: str = triton.__version__,
+    sms: Optional[int] = None,
 ) -> str:
     """Static choice by shape, from the H200 split grid (bench/results/2026-11-29-probe-splits.txt,
     docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
@@ -1238,9 +1268,10 @@ def pick_triton_config(
     release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them."""
     if not tuned_for(triton_version):
         return UNTUNED_RELEASE_CONFIG
-    if batch * num_heads <= 512:
+    rule = shape_rule(sms)
+    if batch * num_heads <= rule.small_tiles_max_row_heads:
         name = "h16_t16_w4"
-    elif num_heads > 16 and batch * num_heads >= 16 * 64:
+    elif num_heads > 16 and batch * num_heads >= rule.wide_heads_min_row_heads:
         name = "h32_t32_w8"
     else:
         name = "h16_t64_w8"
@@ -1355,14 +1386,15 @@ def mma_sparse_decode(
     width = main_idx.shape[1] + (extra_idx.shape[1] if has_extra else 0)
     main_shift, extra_shift = _page_shift(main_page), _page_shift(extra_page)
 
+    sms = _num_sms(q.device.index) if q.is_cuda else None
     if config is None:
-        config = pick_config(H, B)
+        config = pick_config(H, B, sms=sms)
         # Gluon has no CPU interpreter; its path was measured and GPU-tested with power-of-two pages
         # (every DSv4 pool) only.
         if config in GLUON_CONFIGS and (
             _interpreted() or main_shift is None or extra_shift is None
         ):
-            config = pick_triton_config(H, B)
+            config = pick_triton_config(H, B, sms=sms)
     use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
     if use_gluon:
         # A tuple may carry a 7th entry: benchmark-only shared-memory padding in bytes (occupancy proxy).
@@ -1376,8 +1408,7 @@ def mma_sparse_decode(
         )
     head_groups = triton.cdiv(H, block_h)
     if num_splits is None:
-        sms = _num_sms(q.device.index) if q.is_cuda else 8
-        num_splits = pick_num_splits(B, head_groups, width, sms, config)
+        num_splits = pick_num_splits(B, head_groups, width, sms or 8, config)
     split = num_splits > 1
 
     out = torch.empty(B, H, D, dtype=torch.bfloat16, device=q.device)
