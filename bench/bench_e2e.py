@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import os
 import random
@@ -518,8 +519,14 @@ def header(record: dict) -> str:
             f"context {record['context']}, TP {record['tp']}")
 
 
+def load_json(path: Path):
+    """A result file, plain or gzipped (large raw results are kept as .json.gz in bench/results/)."""
+    path = Path(path)
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
 def do_compare(paths: list[Path], plot_path: Path | None) -> int:
-    pinned, patched = (json.loads(Path(p).read_text()) for p in paths)
+    pinned, patched = (load_json(p) for p in paths)
     for rec in (pinned, patched):
         print(header(rec))
     rows = compare_rows(pinned, patched)

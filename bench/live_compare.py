@@ -165,8 +165,9 @@ def table(result: dict) -> str:
 
 
 def report(out_dir: Path, batches: list[int]) -> int:
-    decodes = {p.stem: json.loads(p.read_text())["decodes"] for p in sorted(out_dir.glob("*.json"))
-               if p.stem in VARIANTS}   # compare.json and servers.json are not variants
+    decodes = {p.name.split(".")[0]: bench_e2e.load_json(p)["decodes"]
+               for p in sorted([*out_dir.glob("*.json"), *out_dir.glob("*.json.gz")])
+               if p.name.split(".")[0] in VARIANTS}   # compare.json and servers.json are not variants
     result = evaluate(decodes, batches)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
