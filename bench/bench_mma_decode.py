@@ -2,6 +2,7 @@
 SM90 sparse decode vs the HBM roofline, on one GPU.
 
     PATCHKIT_CACHE=$PWD/.carry python3 -m bench.bench_mma_decode [--sweep] [--configs NAMES] [--out DIR]
+                                          [--experiments NAMES]   # --no-upstream: no cache needed
     python3 -m bench.bench_mma_decode --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
 
 Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
@@ -10,10 +11,12 @@ roofline is the KV bytes a call must read (584 per valid token) over the copy ba
 measured in the same run. The upstream kernel is loaded from the pinned sglang wheel;
 FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
 A candidate kernel variant is timed as a config of the overlay module (`--configs`), next to the
-shipped dispatch and with its error against float64. FlashMLA runs below 64 heads with q padded to 64
-heads, as SGLang does at TP > 1. The FlashInfer 0.7.2 sm_120 decode SGLang 0.5.23 defaults to is a
-peer column per `--peer-sms` SM count (its split heuristic's input) where bench/peers built it for
-this GPU (`--peer`, default build/peer-flashinfer), fed 64-token pages (SGLANG_OPT_SM120_DIRECT_SWA_KV=1).
+shipped dispatch and with its error against float64; so is an experiment kernel's config
+(`--experiments`: the warp-specialised WS_CONFIGS of bench/experiments/gluon_ws_decode.py). FlashMLA
+runs below 64 heads with q padded to 64 heads, as SGLang does at TP > 1. The FlashInfer 0.7.2 sm_120
+decode SGLang 0.5.23 defaults to is a peer column per `--peer-sms` SM count (its split heuristic's
+input) where bench/peers built it for this GPU (`--peer`, default build/peer-flashinfer), fed 64-token
+pages (SGLANG_OPT_SM120_DIRECT_SWA_KV=1). With several columns the last table holds them all.
 """
 from __future__ import annotations
 
@@ -186,6 +189,9 @@ def main() -> None:
                     help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "
                          "(default split rule) with its error against float64; '<gluon name>@<KB>' adds KB "
                          "of unused shared memory per program (sm_120 occupancy on the H200)")
+    ap.add_argument("--experiments", default="",
+                    help="comma-separated WS_CONFIGS names of bench/experiments/gluon_ws_decode.py (not shipped), "
+                         "each timed as its own column with its error against float64")
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
     ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
@@ -209,6 +215,12 @@ def main() -> None:
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
     peer, peer_sms = load_flashinfer_peer(args.peer), [int(n) for n in args.peer_sms.split(",") if n]
+    experiments, ws = [c for c in args.experiments.split(",") if c], None
+    if experiments:
+        try:
+            from bench.experiments import gluon_ws_decode as ws
+        except Exception as exc:  # report, keep benchmarking the rest
+            print(f"experiments: not run ({type(exc).__name__}: {exc})"[:300])
     bw = copy_bandwidth()
     print(f"copy bandwidth (read+write): {bw / 1e12:.2f} TB/s")
 
@@ -238,12 +250,12 @@ def main() -> None:
             def call(i, cfg=config_spec(mma, name)):
                 a = inp.args(i)
                 return mma.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=cfg)
-            try:
-                row[f"cfg_{name}_err"] = rel_err(call(0)[0], ref)
-                row[f"cfg_{name}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
-            except Exception as exc:  # report, keep benchmarking the rest
-                row[f"cfg_{name}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
-                print(f"{name} failed:", row[f"cfg_{name}_fail"])
+            time_column(row, f"cfg_{name}", call, ref)
+        for name in experiments if ws else []:
+            def call(i, name=name):
+                a = inp.args(i)
+                return ws.ws_sparse_decode(*a[:5], SCALE, *a[7:], config=name)
+            time_column(row, f"exp_{name}", call, ref)
         if upstream is not None:
             reps = 3 if s.B * s.H >= 64 * 64 else 10
             row["upstream_us"] = graph_time_us(
@@ -306,9 +318,20 @@ def main() -> None:
     print_table(rows, bw)
     if peer is not None:
         print_peer_table(rows, peer_sms)
-    if configs:
-        print_config_table(rows, configs)
+    if configs or experiments:
+        print_config_table(rows, configs, experiments, peer_sms if peer else [])
     draw_plot(rows, args.plot or out_dir / "bench_mma_decode.png")
+
+
+def time_column(row, key, call, ref) -> None:
+    """row[key + '_err' / '_us']: call(i)'s error against float64 and its time over the ROTATE input sets;
+    a failure goes to row[key + '_fail'] and the run goes on."""
+    try:
+        row[f"{key}_err"] = rel_err(call(0)[0], ref)
+        row[f"{key}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
+    except Exception as exc:  # report, keep benchmarking the rest
+        row[f"{key}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
+        print(f"{key} failed:", row[f"{key}_fail"])
 
 
 def load_flashinfer_peer(src: Path):
@@ -418,16 +441,20 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
 
 
-def print_config_table(rows, names):
+def print_config_table(rows, names, experiments=(), sms=()):
+    """One table of every column the run timed: --configs, --experiments, the peer per SM count, FlashMLA
+    ('-': not timed or failed)."""
+    cols = ([(n, f"cfg_{n}") for n in names] + [(n, f"exp_{n}") for n in experiments]
+            + [(f"FI@{sm}", f"fi{sm}") for sm in sms] + [("FlashMLA", "flashmla")])
     print()
-    print("| shape | HBM floor (us) | shipped (us) | " + " | ".join(f"{n} (us)" for n in names)
-          + " | FlashMLA SM90 (us) | rel. error vs float64: shipped / " + " / ".join(names) + " / FlashMLA |")
-    print("|---|---:|---:|" + "---:|" * len(names) + "---:|---|")
+    print("| shape | HBM floor (us) | ours (us) | " + " | ".join(f"{c} (us)" for c, _ in cols[:-1])
+          + " | FlashMLA SM90 (us) | rel. error vs float64: ours / " + " / ".join(c for c, _ in cols) + " |")
+    print("|---|---:|---:|" + "---:|" * len(cols) + "---|")
     for r in rows:
-        errs = [r.get("mma_err")] + [r.get(f"cfg_{n}_err") for n in names] + [r.get("flashmla_err")]
+        errs = [r.get("mma_err")] + [r.get(f"{k}_err") for _, k in cols]
         print(f"| {r['shape']} | {fmt(r['floor_us'], 2)} | {fmt(r['mma_us'])} | "
-              + " | ".join(fmt(r.get(f"cfg_{n}_us")) for n in names)
-              + f" | {fmt(r.get('flashmla_us'))} | " + " / ".join("-" if e is None else f"{e:.1e}" for e in errs) + " |")
+              + " | ".join(fmt(r.get(f"{k}_us")) for _, k in cols) + " | "
+              + " / ".join("fail" if isinstance(e, str) else "-" if e is None else f"{e:.1e}" for e in errs) + " |")
 
 
 def print_best(sweep):
