@@ -126,7 +126,8 @@ def stop_all(servers: list[Server], say) -> None:
             signal.signal(sig, handler)
 
 
-KEY_LINES = ("dummy weights by role", "deliberately broken", "entered", "ERROR", "sm_120 branches forced")
+KEY_LINES = ("dummy weights by role", "deliberately broken", "entered", "ERROR", "sm_120 branches forced",
+             "checked against the torch reference")
 
 
 def key_harness_lines(server: Server) -> list[str]:

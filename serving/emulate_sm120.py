@@ -37,6 +37,11 @@ chosen sglang modules finish loading:
   of the output's shape: the decode step without attention). Never set by any shipped code path;
   each server that has it says so in its log.
 
+* OVERLAY_TEST_SHADOW_DECODE=1 (TEST ONLY, the kernel check of the live comparison) -- the dispatcher is
+  wrapped (outside any deliberate break) so that every call, CUDA-graph replays included, is compared with
+  the tree's own PyTorch reference on the same inputs; serving/shadow_decode.py says how, and logs the
+  largest row error so far.
+
 * OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 (TEST ONLY, the live comparison's `torch` reference under CUDA
   graphs) -- the tree's own PyTorch fallback `_sm120_sparse_decode_fwd` is recompiled from its source
   with each boolean-mask assignment `x[mask] = v` done as `x.masked_fill_(mask, v)`: the same values
@@ -59,6 +64,7 @@ DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/dummy_init.py (TEST
 BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split | skip-attn (TEST ONLY)
 BREAK_MODES = ("zero-attn", "no-sink", "drop-split", "skip-attn")
 GRAPH_SAFE_ENV = "OVERLAY_GRAPH_SAFE_TORCH_DECODE"   # 1: the torch reference decode capturable (TEST ONLY)
+SHADOW_ENV = "OVERLAY_TEST_SHADOW_DECODE"  # 1: every dispatcher call checked against the torch reference (TEST ONLY)
 TORCH_DECODE = "_sm120_sparse_decode_fwd"
 DROP_SPLITS = 4
 LOADER = "sglang.srt.model_loader.loader"
@@ -333,6 +339,14 @@ def _patch_torch_decode(module) -> None:
         "boolean-mask assignments (same values, capturable in a CUDA graph)")
 
 
+def _shadow_decode(module) -> None:
+    impl = _load_sibling("overlay_shadow_decode", "shadow_decode.py")
+    name = SM120_ENTRY_POINTS[DECODE][0]
+    if impl.wrap(module, name, graph_safe(module), say):
+        say(f"WARNING {SHADOW_ENV}=1: TEST ONLY -- {DECODE}.{name} checked against the torch reference on "
+            "every call (slower; the output served is the kernel's)")
+
+
 def break_mode(environ=os.environ) -> str:
     mode = environ.get(BREAK_ENV, "")
     if mode and mode not in BREAK_MODES:
@@ -400,6 +414,10 @@ def patches_for(environ=os.environ) -> dict:
         patches.setdefault(DECODE, []).append(_break_decode)   # after _trace_entry: wraps the traced entry
     if environ.get(GRAPH_SAFE_ENV) == "1":
         patches.setdefault(DECODE, []).append(_patch_torch_decode)
+    if environ.get(SHADOW_ENV, "") not in ("", "0", "1"):
+        raise ValueError(f"{SHADOW_ENV}: expected 1 or 0, found {environ[SHADOW_ENV]!r}")
+    if environ.get(SHADOW_ENV) == "1":
+        patches.setdefault(DECODE, []).append(_shadow_decode)   # last: outside the break, sees its output
     return patches
 
 

@@ -9,7 +9,9 @@ Modes:
   good          answer the endpoints the smoke test uses with the shapes sglang returns
   no-tokens     healthy and well-formed, but report zero generated tokens
   logprobs      `good`, and /generate with return_logprob answers sglang's logprob fields (a batch of
-                input_ids lists: a list of answers), from a fixed pseudo-random table (FAKE_SHIFT adds to it)
+                input_ids lists: a list of answers), from a fixed pseudo-random table (FAKE_SHIFT adds to it);
+                each such request logs the kernel check's line with the error FAKE_SHADOW, as
+                serving/shadow_decode.py does in a real server
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MODEL = "fake-model"
 ACTIVE = [0]   # streaming /generate requests in flight (the "Decode batch" lines report it, as sglang's do)
 ACTIVE_LOCK = __import__("threading").Lock()
+SHADOW_CALLS = [0]
 FAKE_KERNELS = [("_mma_sparse_decode_kernel", 30.0), ("_combine_splits_kernel", 10.0), ("fused_moe_kernel", 60.0)]
 
 
@@ -85,6 +88,10 @@ def _handler(mode: str):
                 batch = ids if ids and isinstance(ids[0], list) else [ids]
                 answers = [_logprob_answer(p, body["sampling_params"]["max_new_tokens"], body["top_logprobs_num"])
                            for p in batch]
+                SHADOW_CALLS[0] += len(batch)
+                if "FAKE_SHADOW" in os.environ:
+                    print(f"[overlay-boxhooks] shadow decode: error {float(os.environ['FAKE_SHADOW']):.3e} over "
+                          f"{SHADOW_CALLS[0]} calls (pid {os.getpid()})", file=sys.stderr, flush=True)
                 self._json(answers if batch is ids else answers[0])
             elif self.path == "/start_profile":
                 # sglang's answer is plain text; the trace comes a moment later, as the scheduler writes it
