@@ -199,10 +199,12 @@ def pinned_env_problem(args, trees: list[str]) -> str | None:
 class Request(threading.Thread):
     """One streaming /generate; records (arrival time, cumulative completion tokens) per event."""
 
-    def __init__(self, base: str, input_ids: list[int], output_len: int, start: threading.Event):
+    def __init__(self, base: str, input_ids: list[int], output_len: int, start: threading.Event,
+                 temperature: float = 0.0):
         super().__init__(daemon=True)
         self.body = {"input_ids": input_ids, "stream": True,
-                     "sampling_params": {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}}
+                     "sampling_params": {"max_new_tokens": output_len, "temperature": temperature,
+                                         "ignore_eos": True}}
         self.url = f"{base}/generate"
         self.start_evt = start
         self.sent = None
@@ -292,10 +294,10 @@ def server_decode_rate(lines, concurrency: int | None) -> float | None:
 
 
 def measure(base: str, concurrency: int, prompt_len: int, output_len: int, deadline: float, rng: random.Random,
-            log_path: Path) -> dict:
+            log_path: Path, temperature: float = 0.0) -> dict:
     start = threading.Event()
     # Token ids 16..495: clear of the tiny tokenizer's special tokens at both ends.
-    reqs = [Request(base, [rng.randrange(16, 496) for _ in range(prompt_len)], output_len, start)
+    reqs = [Request(base, [rng.randrange(16, 496) for _ in range(prompt_len)], output_len, start, temperature)
             for _ in range(concurrency)]
     log_start = log_path.stat().st_size if log_path.exists() else 0
     for r in reqs:

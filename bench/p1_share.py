@@ -12,7 +12,8 @@ OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py: routed experts spread the way 
 The prompt of 4096 tokens fills the c4 layers' top-512 and the 128-token window, so each decode token's
 attention work is at the ceiling it keeps at any longer context. Servers (bench/server_pool.py) start side
 by side and are measured one at a time (an idle server launches no GPU work): per concurrency, the steady-
-window decode tok/s and step time of bench_e2e.measure, and sglang's own gen-throughput lines.
+window decode tok/s and step time of bench_e2e.measure, and sglang's own gen-throughput lines. Requests sample at
+temperature 1 (TEMPERATURE says why), so runs before 2026-12-03's run 3 (greedy) do not compare to later ones.
 
 Attention share of decode GPU time, two stated methods:
   profile   while every request is decoding (sglang logs a batch line with all of them running), POST
@@ -158,6 +159,11 @@ class Profiler(threading.Thread):
 
 
 PROFILED_OUTPUT = 64    # tokens per request of the profiled run: the log line comes at step 8, then the profile
+# Requests sample (temperature 1), so every server decodes as varied tokens as the other. Greedy decoding without
+# attention collapses: the tiny model's 16 greedy sequences used 8 distinct tokens from step 64 on, against 405
+# with attention (live run 10), and a batch of few distinct tokens routes to few experts, which makes the MoE of the
+# skip server cheaper than the others' and inflates the ablation share (run 2).
+TEMPERATURE = 1.0
 
 
 def profiled_run(server, c: int, prompt_len: int, args, out_dir: Path, deadline: float, rng) -> tuple:
@@ -165,7 +171,7 @@ def profiled_run(server, c: int, prompt_len: int, args, out_dir: Path, deadline:
     folder = out_dir / "profile" / f"{server.variant.name}-c{c}-p{prompt_len}"
     prof = Profiler(server, c, args.profile_steps, folder, server.log_path.stat().st_size, timeout=120)
     prof.start()
-    bench_e2e.measure(server.base, c, prompt_len, PROFILED_OUTPUT, deadline, rng, server.log_path)
+    bench_e2e.measure(server.base, c, prompt_len, PROFILED_OUTPUT, deadline, rng, server.log_path, TEMPERATURE)
     prof.join(timeout=60)
     waited = time.monotonic() + 30      # the scheduler writes the trace after its last profiled step
     while prof.error is None and time.monotonic() < waited and not list(folder.glob("*.trace.json*")):
@@ -180,11 +186,12 @@ def measure_server(server, args, out_dir: Path) -> dict:
               "layers": args.layers, "runs": []}
     rng = random.Random(0)
     deadline = time.monotonic() + args.server_budget
-    warm = bench_e2e.measure(server.base, 1, 64, 8, deadline, rng, server.log_path)
+    warm = bench_e2e.measure(server.base, 1, 64, 8, deadline, rng, server.log_path, TEMPERATURE)
     say(f"[{server.variant.name}] warm-up: {warm.get('requests_with_decode', 0)}/1 decoded")
     for c in args.concurrency:
         for prompt_len in args.prompt_len:
-            run = bench_e2e.measure(server.base, c, prompt_len, args.output_len, deadline, rng, server.log_path)
+            run = bench_e2e.measure(server.base, c, prompt_len, args.output_len, deadline, rng, server.log_path,
+                                    TEMPERATURE)
             run.pop("raw", None)
             if args.profile_steps:   # a second, profiled run: the tok/s above is measured without the profiler
                 run["profile"], run["profile_error"] = profiled_run(server, c, prompt_len, args, out_dir, deadline, rng)

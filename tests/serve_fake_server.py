@@ -111,6 +111,8 @@ def _handler(mode: str):
                 self.wfile.write(data)
             elif self.path == "/generate":
                 n = 0 if mode == "no-tokens" else body["sampling_params"]["max_new_tokens"]
+                print(f"fake: /generate temperature {body['sampling_params'].get('temperature')}", file=sys.stderr,
+                      flush=True)
                 if body.get("stream"):
                     with ACTIVE_LOCK:
                         ACTIVE[0] += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -112,6 +113,9 @@ def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path, profil
     rows = json.loads((tmp_path / "share.json").read_text())
     assert {(r["backend"], r["concurrency"]) for r in rows} == {("triton", 1), ("triton", 4), ("mma", 1), ("mma", 4)}
     assert all(r["step_ms"] and r["skip_step_ms"] for r in rows)
+    for s in servers:     # every request samples: without attention, greedy tokens collapse (p1_share.TEMPERATURE)
+        temps = set(re.findall(r"fake: /generate temperature ([-0-9.]+)", s.log_path.read_text()))
+        assert temps == {"1.0"}, (s.variant.name, temps)
     if profile:      # the fake's trace: 40 of 100 us in the sparse-decode kernels
         assert all(r["profile_share"] == pytest.approx(0.4) for r in rows), rows
         for v in ("triton-128K", "mma-128K", "skip-128K"):
