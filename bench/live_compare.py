@@ -272,6 +272,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def server_variants(args: argparse.Namespace) -> list[server_pool.Variant]:
+    """One server per --variants name: its tree, the weights, the kernel check (every server) and its own switches."""
+    # graphs only for the batch sizes decoded: each captured size compiles its own kernels on a cold box
+    graphs = (["--disable-cuda-graph"] if args.eager else
+              ["--cuda-graph-max-bs-decode", str(max(args.batch)),
+               "--cuda-graph-bs-decode", *map(str, sorted(set(args.batch)))])
+    dummy = DUMMY if args.dummy_init == "scaled" else {}
+    return [server_pool.Variant(v, VARIANTS[v][0], {**dummy, **SHADOW, **VARIANTS[v][1]},
+                                extra_args=[*graphs, "--max-total-tokens", str(KV_TOKENS), "--random-seed", "0"])
+            for v in args.variants]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report:
@@ -291,15 +303,7 @@ def main(argv=None) -> int:
             return rc
     args.out.mkdir(parents=True, exist_ok=True)
     say(f"command: {command_line()}")
-    # graphs only for the batch sizes decoded: each captured size compiles its own kernels on a cold box
-    graphs = (["--disable-cuda-graph"] if args.eager else
-              ["--cuda-graph-max-bs-decode", str(max(args.batch)),
-               "--cuda-graph-bs-decode", *map(str, sorted(set(args.batch)))])
-    dummy = DUMMY if args.dummy_init == "scaled" else {}
-    variants = [server_pool.Variant(v, VARIANTS[v][0], {**dummy, **SHADOW, **VARIANTS[v][1]},
-                                    extra_args=[*graphs, "--max-total-tokens", str(KV_TOKENS), "--random-seed", "0"])
-                for v in args.variants]
-    servers = server_pool.build(variants, site, sys.executable, args.out)
+    servers = server_pool.build(server_variants(args), site, sys.executable, args.out)
     with server_pool.sigterm_as_exit():
         return _run(servers, args)
 

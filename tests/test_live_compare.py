@@ -170,6 +170,17 @@ def test_command_line_refuses_bad_input(capsys):
     assert "expected variants from pinned, mma" in capsys.readouterr().err
 
 
+def test_every_server_runs_the_kernel_check_and_only_the_broken_ones_are_broken():
+    from serving import emulate_sm120
+
+    variants = {v.name: v for v in live_compare.server_variants(live_compare.parse_args([]))}
+    assert set(variants) == set(live_compare.VARIANTS) == set(live_compare.SHADOW_ROLES)
+    for name, v in variants.items():
+        assert v.env[emulate_sm120.SHADOW_ENV] == "1" and v.env[emulate_sm120.DUMMY_INIT_ENV] == "scaled", name
+        broken = v.env.get(emulate_sm120.BREAK_ENV)
+        assert (broken is not None) == (live_compare.SHADOW_ROLES[name] == "red"), name
+
+
 def test_a_comparison_of_nothing_is_not_all_as_expected():
     """No server answered (the first H200 run: every start timed out): nothing was compared, so nothing
     passed. Likewise a broken kernel judged without a tolerance (no calibration pair ran)."""
