@@ -1,9 +1,10 @@
 """OVERLAY_TEST_SHADOW_DECODE=1 (TEST ONLY; serving/emulate_sm120.py installs it): check the sm_120 sparse-decode dispatcher against the tree's own
 PyTorch reference on every call of a live server, CUDA-graph replays included.
 
-Why: with DeepSeek-V4's FP8 activations, a correct kernel's last-bit rounding already re-rounds activations
-downstream, so two correct kernels' next-token logprobs differ by ~0.5 nats (BENCHMARKS.md, "Live logprob
-comparison") and a subtly wrong kernel (sink ignored) hides inside that. Here each call's output is compared with
+Why: DeepSeek-V4 rounds the input of its FP8 linears to e4m3, so a correct kernel's last-bit differences flip
+roundings downstream, and two correct kernels' next-token logprobs differ by ~0.5 nats (BENCHMARKS.md, "Live
+logprob comparison", run 9; tests/test_dummy_init.py reproduces it on the CPU). A subtly wrong kernel (sink
+ignored) hides inside that. Here each call's output is compared with
 the reference on the same inputs instead, so the check does not depend on how much the model amplifies rounding.
 
 Each call also runs `_sm120_sparse_decode_fwd` (recompiled graph-safe, serving/emulate_sm120.graph_safe) on the

@@ -11,7 +11,9 @@ the real MHC-pre mixes (hc_pre_torch_impl out of the tree) and sinkhorn (serving
 attention with the per-head sink, the grouped wo_a, the routed FP4 experts (sqrt-softplus top-k) plus the
 shared expert, and the hc head. It records each stream's RMS, so a test can see whether activations
 stay O(1). It is not sglang's forward (no compression, no indexer top-k, no KV quantisation): it checks
-the scale of the weights, not the model's numerics.
+the scale of the weights, not the model's numerics. With fp8_act=True the input of every FP8 linear is rounded
+to e4m3 per 128-element group as the server rounds it, which is what makes the server's logprobs sensitive to
+a correct kernel's last bits.
 """
 from __future__ import annotations
 
@@ -97,6 +99,18 @@ def fp8_weight(state, prefix) -> torch.Tensor:
     return w * full
 
 
+def fp8_activations(x: torch.Tensor) -> torch.Tensor:
+    """x rounded as the server's FP8 linears see it: e4m3 per 1 x 128 group along the last dim, scale amax / 448
+    (sglang's per_token_group_quant_fp8), then back to float."""
+    g = x.float().reshape(*x.shape[:-1], -1, BLOCK)
+    scale = g.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
+    return ((g / scale).to(torch.float8_e4m3fn).float() * scale).reshape(x.shape)
+
+
+def linear_fp8(x: torch.Tensor, state, prefix, fp8_act: bool) -> torch.Tensor:
+    return (fp8_activations(x) if fp8_act else x) @ fp8_weight(state, prefix).T
+
+
 def fp4_weight(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     b = packed.view(torch.uint8).long()
     codes = torch.stack([b & 0xF, b >> 4], dim=-1).flatten(-2)
@@ -127,11 +141,11 @@ def _hc_post(out, X, post, comb):
     return post.unsqueeze(-1) * out.unsqueeze(1) + torch.einsum("tij,tih->tjh", comb, X)
 
 
-def _attention(h, state, a, c, zero_attention: bool, attention_out=None):
+def _attention(h, state, a, c, zero_attention: bool, attention_out=None, fp8_act: bool = False):
     T, heads, hd = h.shape[0], c["num_attention_heads"], c["head_dim"]
-    q = rms_norm(h @ fp8_weight(state, f"{a}.wq_a").T, state[f"{a}.q_norm.weight"])
-    q = rms_norm((q @ fp8_weight(state, f"{a}.wq_b").T).view(T, heads, hd))
-    kv = rms_norm(h @ fp8_weight(state, f"{a}.wkv").T, state[f"{a}.kv_norm.weight"])
+    q = rms_norm(linear_fp8(h, state, f"{a}.wq_a", fp8_act), state[f"{a}.q_norm.weight"])
+    q = rms_norm(linear_fp8(q, state, f"{a}.wq_b", fp8_act).view(T, heads, hd))
+    kv = rms_norm(linear_fp8(h, state, f"{a}.wkv", fp8_act), state[f"{a}.kv_norm.weight"])
     scores = torch.einsum("thd,sd->hts", q, kv) * hd ** -0.5
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     window = ~torch.ones(T, T, dtype=torch.bool).tril(-c["sliding_window"])
@@ -146,10 +160,10 @@ def _attention(h, state, a, c, zero_attention: bool, attention_out=None):
     g, r = c["o_groups"], c["o_lora_rank"]
     wo_a = state[f"{a}.wo_a.weight"].float().view(g, r, heads * hd // g)
     o = torch.einsum("tgi,gri->tgr", o.reshape(T, g, heads * hd // g), wo_a).reshape(T, g * r)
-    return o @ fp8_weight(state, f"{a}.wo_b").T
+    return linear_fp8(o, state, f"{a}.wo_b", fp8_act)
 
 
-def _moe(h, state, m, c, ids):
+def _moe(h, state, m, c, ids, fp8_act: bool = False):
     E, k = c["n_routed_experts"], c["num_experts_per_tok"]
     scores = F.softplus(h @ state[f"{m}.gate.weight"].T).sqrt()
     if f"{m}.gate.tid2eid" in state:
@@ -167,14 +181,15 @@ def _moe(h, state, m, c, ids):
         gate, up = (h @ w13.T).chunk(2, dim=-1)
         y = (F.silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)) @ w2.T
         out += y * (w * (idx == e)).sum(-1, keepdim=True)
-    gate, up = (h @ fp8_weight(state, f"{m}.shared_experts.gate_up_proj").T).chunk(2, dim=-1)
-    return out + (F.silu(gate) * up) @ fp8_weight(state, f"{m}.shared_experts.down_proj").T
+    gate, up = linear_fp8(h, state, f"{m}.shared_experts.gate_up_proj", fp8_act).chunk(2, dim=-1)
+    return out + linear_fp8(F.silu(gate) * up, state, f"{m}.shared_experts.down_proj", fp8_act)
 
 
 def forward(state: dict, c: dict, ids: torch.Tensor, hc_pre_impl, zero_attention: bool = False,
-            attention_out=None) -> dict:
+            attention_out=None, fp8_act: bool = False) -> dict:
     """{'stream_rms': [per layer, after attention and after the MoE], 'logits': [T, vocab]};
-    attention_out(o, layer_prefix) -> o, if given, replaces each layer's attention output (before wo)."""
+    attention_out(o, layer_prefix) -> o, if given, replaces each layer's attention output (before wo);
+    fp8_act rounds the input of every FP8 linear as the server does (fp8_activations)."""
     x = state["model.embed_tokens.weight"][ids].float()
     X = x.unsqueeze(1).expand(-1, c["hc_mult"], -1).contiguous()
     stream_rms = []
@@ -182,11 +197,11 @@ def forward(state: dict, c: dict, ids: torch.Tensor, hc_pre_impl, zero_attention
         p = f"model.layers.{i}"
         y, post, comb = _hc_pre(X, state, f"{p}.hc_attn", c, hc_pre_impl)
         out = _attention(rms_norm(y, state[f"{p}.input_layernorm.weight"]), state, f"{p}.self_attn", c,
-                         zero_attention, attention_out)
+                         zero_attention, attention_out, fp8_act)
         X = _hc_post(out, X, post, comb)
         stream_rms.append(rms(X))
         y, post, comb = _hc_pre(X, state, f"{p}.hc_ffn", c, hc_pre_impl)
-        out = _moe(rms_norm(y, state[f"{p}.post_attention_layernorm.weight"]), state, f"{p}.mlp", c, ids)
+        out = _moe(rms_norm(y, state[f"{p}.post_attention_layernorm.weight"]), state, f"{p}.mlp", c, ids, fp8_act)
         X = _hc_post(out, X, post, comb)
         stream_rms.append(rms(X))
     mixes = rms_norm(X.flatten(1)) @ state["model.hc_head_fn"].T
