@@ -148,5 +148,6 @@ def test_switch_names_are_not_in_the_shipped_series():
         for path in (REPO / top).rglob("*"):
             if path.is_file():
                 text = path.read_text(errors="replace")
-                for name in (emulate_sm120.BREAK_ENV, emulate_sm120.DUMMY_INIT_ENV, emulate_sm120.GRAPH_SAFE_ENV):
+                for name in (emulate_sm120.BREAK_ENV, emulate_sm120.DUMMY_INIT_ENV, emulate_sm120.GRAPH_SAFE_ENV,
+                             emulate_sm120.SHADOW_ENV):
                     assert name not in text, f"{path.relative_to(REPO)} mentions {name}"
