@@ -29,7 +29,6 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import types
 from functools import lru_cache
 from pathlib import Path
@@ -102,7 +101,8 @@ def _install_flashinfer(src: Path, library) -> types.ModuleType:
     if "flashinfer" in sys.modules and not getattr(sys.modules["flashinfer"], "_peer", False):
         raise PeerUnavailable("a real flashinfer package is imported in this process; the peer needs its own")
     root = src / "flashinfer"
-    workspace = Path(tempfile.mkdtemp(prefix="peer-flashinfer-ws-"))
+    workspace = src / "workspace"      # inside the peer's own folder: nothing left behind in /tmp
+    workspace.mkdir(exist_ok=True)
     _module("flashinfer", root, _peer=True)
     _module("flashinfer.mla", root / "mla")
     _module("flashinfer.jit", root / "jit")
