@@ -342,7 +342,7 @@ def _patch_torch_decode(module) -> None:
 def _shadow_decode(module) -> None:
     impl = _load_sibling("overlay_shadow_decode", "shadow_decode.py")
     name = SM120_ENTRY_POINTS[DECODE][0]
-    if impl.wrap(module, name, graph_safe(module), say):
+    if impl.wrap(module, name, graph_safe(module), say, _compiling):
         say(f"WARNING {SHADOW_ENV}=1: TEST ONLY -- {DECODE}.{name} checked against the torch reference on "
             "every call (slower; the output served is the kernel's)")
 

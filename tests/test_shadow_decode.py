@@ -30,8 +30,10 @@ def shadowed(patched_root, monkeypatch, mode: str | None, tag: str):
         monkeypatch.setenv(emulate_sm120.BREAK_ENV, mode)
         emulate_sm120._break_decode(module)
     lines = []
-    assert shadow_decode.wrap(module, ENTRY, emulate_sm120.graph_safe(module), lines.append)
-    assert not shadow_decode.wrap(module, ENTRY, emulate_sm120.graph_safe(module), lines.append)   # once
+    assert shadow_decode.wrap(module, ENTRY, emulate_sm120.graph_safe(module), lines.append,
+                              emulate_sm120._compiling)
+    assert not shadow_decode.wrap(module, ENTRY, emulate_sm120.graph_safe(module), lines.append,
+                                  emulate_sm120._compiling)   # once
     return module, lines
 
 
@@ -74,7 +76,7 @@ def test_rounding_of_a_correct_kernel_reads_small(patched_root, monkeypatch, cas
         return (out.float() * (1 + CORRECT_REL * torch.randn(out.shape, generator=g))).to(out.dtype), lse
 
     monkeypatch.setattr(module, ENTRY, noisy)
-    shadow_decode.wrap(module, ENTRY, emulate_sm120.graph_safe(module), lines.append)
+    shadow_decode.wrap(module, ENTRY, emulate_sm120.graph_safe(module), lines.append, emulate_sm120._compiling)
     getattr(module, ENTRY)(**case.kwargs())
     error, _ = reading(lines)
     print(f"2e-3 noise: {error:.3e}")
