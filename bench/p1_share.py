@@ -10,9 +10,10 @@ per-head kernel) vs mma (P1), on DeepSeek-V4-Flash-shaped layers, CUDA graphs on
 Model and weights: bench/bench_e2e.py's Flash-shaped config (--layers layers, the real per-layer geometry),
 OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py: routed experts spread the way real weights spread them).
 The prompt of 4096 tokens fills the c4 layers' top-512 and the 128-token window, so each decode token's
-attention work is at the ceiling it keeps at any longer context. Servers (bench/server_pool.py) start side
-by side and are measured one at a time (an idle server launches no GPU work): per concurrency, the steady-
-window decode tok/s and step time of bench_e2e.measure, and sglang's own gen-throughput lines. Requests sample at
+attention work is at the ceiling it keeps at any longer context. Each server runs alone on the GPU
+(bench/server_pool.py, each_alone: idle neighbours slowed the fast server's steps): per
+concurrency, the steady-window decode tok/s and step time of bench_e2e.measure, and sglang's own
+gen-throughput lines. Requests sample at
 temperature 1 (TEMPERATURE says why), so runs before 2026-12-03's run 3 (greedy) do not compare to later ones.
 
 Attention share of decode GPU time, two stated methods:
@@ -271,7 +272,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--profile-steps", type=int, default=8, help="decode steps profiled per run (0: no profile)")
     ap.add_argument("--no-ablation", action="store_true", help="no skip-attn server (no ablation share)")
-    ap.add_argument("--start-timeout", type=float, default=480.0)
+    ap.add_argument("--start-timeout", type=float, default=480.0, help="seconds for each server to come up")
     ap.add_argument("--server-budget", type=float, default=120.0, help="seconds of measuring per server")
     ap.add_argument("--report", type=Path, metavar="DIR")
     return ap.parse_args(argv)
@@ -298,20 +299,18 @@ def main(argv=None) -> int:
 
 
 def _run(servers, args) -> int:
+    def measure(s) -> None:
+        try:
+            records[s.variant.name] = measure_server(s, args, args.out)
+        except (smoke.SmokeFailure, OSError, urllib.error.URLError) as exc:
+            s.error = str(exc)[:300]
+            say(f"[{s.variant.name}] FAIL: {s.error}")
+            return
+        (args.out / f"{s.variant.name}.json").write_text(json.dumps(records[s.variant.name], indent=1) + "\n")
+
     records = {}
     try:
-        server_pool.start_all(servers, say)
-        server_pool.wait_all(servers, args.start_timeout, say)
-        for s in servers:
-            if s.error:
-                continue
-            try:
-                records[s.variant.name] = measure_server(s, args, args.out)
-            except (smoke.SmokeFailure, OSError, urllib.error.URLError) as exc:
-                s.error = str(exc)[:300]
-                say(f"[{s.variant.name}] FAIL: {s.error}")
-                continue
-            (args.out / f"{s.variant.name}.json").write_text(json.dumps(records[s.variant.name], indent=1) + "\n")
+        server_pool.each_alone(servers, args.start_timeout, say, measure)
     finally:
         server_pool.stop_all(servers, say)
         server_pool.say_key_lines(servers, say, args.out)

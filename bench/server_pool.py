@@ -1,10 +1,14 @@
-"""Several sglang servers from one installed bundle, started side by side on one GPU, stopped on every path.
+"""Several sglang servers from one installed bundle on one GPU, stopped on every path.
 
-Start-up (imports, weight load, CUDA-graph capture: 1.5-3.5 min each on the lent H200) dominates a live
-run, so servers that are measured one after another are still started together: `start_all` launches each
-`Variant` (a tree plus environment overrides), `wait_all` waits for every /health, and `stop_all` stops
-each process group (also on Ctrl-C / SIGTERM through the caller's try/finally). Measuring one server while
-the others sit idle keeps throughput numbers clean: an idle sglang server launches no GPU work.
+Two ways to run them:
+  side by side  `start_all` launches each `Variant` (a tree plus environment overrides), `wait_all` waits
+                for every /health, `stop_all` stops each process group (also on Ctrl-C / SIGTERM through the
+                caller's try/finally). Start-up (imports, weight load, CUDA-graph capture: 1-3.5 min each on
+                the lent H200) is paid once for all. For answers only (bench/live_compare.py), never timing.
+  alone         `each_alone` starts one server, runs the caller's work on it, stops it, then the next. For
+                timing: idle servers beside the measured one are not free. On the H200 two idle neighbours
+                made the `mma` server's decode steps longer, while the slow `triton` server's steps did not
+                move (BENCHMARKS.md, "P1's own share of decode, run 3").
 """
 from __future__ import annotations
 
@@ -45,8 +49,9 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
-def free_ports(n: int, base: int = PORT_BASE) -> list[int]:
-    """n ports p, each with p + 10000 free too (sglang's gRPC twin), PORT_STEP apart."""
+def free_ports(n: int, base: int | None = None) -> list[int]:
+    """n ports p, each with p + 10000 free too (sglang's gRPC twin), PORT_STEP apart, from base (PORT_BASE)."""
+    base = PORT_BASE if base is None else base
     ports, p = [], base
     while len(ports) < n:
         if smoke.port_is_free("127.0.0.1", p) and smoke.port_is_free("127.0.0.1", p + 10000):
@@ -57,9 +62,11 @@ def free_ports(n: int, base: int = PORT_BASE) -> list[int]:
     return ports
 
 
-def build(variants: list[Variant], site_root: Path, python: str, out_dir: Path) -> list[Server]:
+def build(variants: list[Variant], site_root: Path, python: str, out_dir: Path,
+          port_base: int | None = None) -> list[Server]:
+    """port_base: where the port search starts (PORT_BASE); runs side by side (tests) keep apart this way."""
     servers = []
-    for variant, port in zip(variants, free_ports(len(variants))):
+    for variant, port in zip(variants, free_ports(len(variants), port_base)):
         launch = serve_cmd.build(model=variant.model, port=port, context=variant.context, python=python,
                                  bundle_site=site_root, tree=variant.tree, extra_args=list(variant.extra_args))
         launch.env.update(variant.env)      # after OVERLAY_ENV: a variant's backend choice wins
@@ -86,6 +93,32 @@ def wait_all(servers: list[Server], timeout: float, say) -> None:
             s.error = str(exc)
             dump_stacks(s)
             say(f"[{s.variant.name}] FAIL: {exc}\n---- last lines of {s.log_path} ----\n{smoke.log_tail(s.log_path)}")
+
+
+def claim_port(server: Server, say) -> None:
+    """Ports are picked when the servers are built; one started minutes later may find its port taken by another
+    process, whose /health would answer for it. Move it to the next free port (its launch's `--port` value)."""
+    if smoke.port_is_free("127.0.0.1", server.port) and smoke.port_is_free("127.0.0.1", server.port + 10000):
+        return
+    port = free_ports(1, server.port + PORT_STEP)[0]
+    argv = server.launch.argv
+    argv[argv.index("--port") + 1] = str(port)
+    say(f"[{server.variant.name}] port {server.port} is taken now; using {port}")
+    server.port = port
+
+
+def each_alone(servers: list[Server], timeout: float, say, work) -> None:
+    """Start each server by itself, wait for /health (`timeout` each), call work(server) when it is up, stop
+    it before the next one starts. A server that does not come up is marked (its error), not fatal."""
+    for s in servers:
+        try:
+            claim_port(s, say)
+            start_all([s], say)
+            wait_all([s], timeout, say)
+            if not s.error:
+                work(s)
+        finally:
+            stop_all([s], say)
 
 
 def dump_stacks(server: Server, settle: float = 3.0) -> None:

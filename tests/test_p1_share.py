@@ -94,7 +94,7 @@ def test_bad_input_is_refused_in_one_line(capsys):
 
 
 @pytest.mark.parametrize("profile", [0, 8])
-def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path, profile):
+def test_the_driver_measures_each_server_alone_and_stops_them(tmp_path, profile, monkeypatch):
     """p1_share's run against fake servers (tests/serve_fake_server.py: decode lines, /start_profile, a trace)."""
     import sys
     from pathlib import Path
@@ -102,14 +102,25 @@ def test_the_driver_measures_each_server_in_turn_and_stops_them(tmp_path, profil
     from bench import server_pool
     from serving import serve_cmd
 
+    alive_while_measuring = []     # idle neighbours slow the measured server (server_pool.each_alone)
+    measure_server = p1_share.measure_server
+
+    def measure_alone(server, *rest):
+        alive_while_measuring.append([s.variant.name for s in servers if s.proc is not None and s.proc.poll() is None])
+        return measure_server(server, *rest)
+    monkeypatch.setattr(p1_share, "measure_server", measure_alone)
+
     fake = Path(__file__).resolve().parent / "serve_fake_server.py"
     a = args("--out", str(tmp_path), "--contexts", "131072", "--concurrency", "1,4", "--prompt-len", "16",
              "--output-len", "96", "--profile-steps", str(profile), "--start-timeout", "60")
-    servers = server_pool.build(p1_share.variants(a, tmp_path), None, sys.executable, tmp_path)
+    # a port range of its own: servers started one at a time would otherwise meet other tests' on theirs
+    servers = server_pool.build(p1_share.variants(a, tmp_path), None, sys.executable, tmp_path,
+                                port_base=31300 + 100 * profile)
     for s in servers:
         s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "good", "--port", str(s.port)])
     assert p1_share._run(servers, a) == 0
     assert all(s.proc is None for s in servers)
+    assert alive_while_measuring == [["triton-128K"], ["mma-128K"], ["skip-128K"]]
     rows = json.loads((tmp_path / "share.json").read_text())
     assert {(r["backend"], r["concurrency"]) for r in rows} == {("triton", 1), ("triton", 4), ("mma", 1), ("mma", 4)}
     assert all(r["step_ms"] and r["skip_step_ms"] for r in rows)
