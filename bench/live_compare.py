@@ -4,7 +4,7 @@ tree, and on deliberately broken kernels, with weights under which attention mat
     OVERLAY_EMULATE_SM120=1 python3 -m bench.live_compare --bundle build/bundle --out DIR
                                [--variants pinned,mma,triton,torch,zero-attn,no-sink,drop-split]
                                [--output-len 256] [--batch 1,16] [--start-timeout 420]
-    python3 -m bench.live_compare --report DIR        # the tables again from DIR's JSON files
+    python3 -m bench.live_compare --report DIR        # the tables again from DIR's JSON files (writes nothing)
 
 Every server runs the tiny DSv4 (serving/tiny_model.py: the real attention geometry) from the bundle with
 CUDA graphs on and OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py; the same weights in every server).
@@ -229,14 +229,17 @@ def shadow_table(result: dict) -> str:
     return "\n".join(out)
 
 
-def report(out_dir: Path, batches: list[int]) -> int:
+def report(out_dir: Path, batches: list[int], write: bool = True) -> int:
+    """The tables from out_dir's decodes; write=True (a run) also saves compare.json. `--report` passes False:
+    re-reading a results folder, committed ones included, must not rewrite it."""
     records = {p.name.split(".")[0]: bench_e2e.load_json(p)
                for p in sorted([*out_dir.glob("*.json"), *out_dir.glob("*.json.gz")])
                if p.name.split(".")[0] in VARIANTS}   # compare.json and servers.json are not variants
     result = evaluate({v: r["decodes"] for v, r in records.items()}, batches)
     shadow = {v: r["shadow"] for v, r in records.items() if "shadow" in r}   # runs before 2026-12-03 had none
     result["kernel_check"] = evaluate_shadow(shadow) if shadow else None
-    (out_dir / "compare.json").write_text(json.dumps(result, indent=1) + "\n")
+    if write:
+        (out_dir / "compare.json").write_text(json.dumps(result, indent=1) + "\n")
     if result["kernel_check"]:
         print(shadow_table(result["kernel_check"]))
     print(table(result))
@@ -287,7 +290,7 @@ def server_variants(args: argparse.Namespace) -> list[server_pool.Variant]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report:
-        return report(args.report, args.batch)
+        return report(args.report, args.batch, write=False)
     if not args.bundle or not args.out:
         print("live_compare: expected --bundle DIR and --out DIR (or --report DIR), found "
               f"{'no --bundle' if not args.bundle else 'no --out'}", file=sys.stderr)

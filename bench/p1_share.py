@@ -5,7 +5,7 @@ per-head kernel) vs mma (P1), on DeepSeek-V4-Flash-shaped layers, CUDA graphs on
                                [--backends triton,mma] [--contexts 1048576,131072] [--concurrency 1,16,64]
                                [--prompt-len 4096] [--output-len 256] [--layers 4] [--profile-steps 8]
                                [--no-ablation] [--start-timeout 480]
-    python3 -m bench.p1_share --report DIR
+    python3 -m bench.p1_share --report DIR      # the table again from DIR's JSON files (writes nothing)
 
 Model and weights: bench/bench_e2e.py's Flash-shaped config (--layers layers, the real per-layer geometry),
 OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py: routed experts spread the way real weights spread them).
@@ -249,11 +249,14 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def report(out_dir: Path) -> int:
+def report(out_dir: Path, write: bool = True) -> int:
+    """The table from out_dir's server JSONs; write=True (a run) also saves share.json. `--report` passes False:
+    re-reading a results folder, committed ones included, must not rewrite it."""
     records = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))
                if p.stem not in ("share", "servers")}
     rows = share_rows(records)
-    (out_dir / "share.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if write:
+        (out_dir / "share.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(table(rows))
     return 0
 
@@ -274,14 +277,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-ablation", action="store_true", help="no skip-attn server (no ablation share)")
     ap.add_argument("--start-timeout", type=float, default=480.0, help="seconds for each server to come up")
     ap.add_argument("--server-budget", type=float, default=120.0, help="seconds of measuring per server")
-    ap.add_argument("--report", type=Path, metavar="DIR")
+    ap.add_argument("--report", type=Path, metavar="DIR", help="print the table from DIR's JSON files; writes nothing")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report:
-        return report(args.report)
+        return report(args.report, write=False)
     bad = [b for b in args.backends if b not in ("triton", "mma", "torch")]
     if not args.bundle or not args.out or bad:
         print("p1_share: expected --bundle DIR, --out DIR and --backends from triton,mma,torch, found "
