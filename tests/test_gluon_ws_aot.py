@@ -1,7 +1,8 @@
 """Issue 12 experiment: the warp-specialised Gluon decode kernel (bench/experiments/gluon_ws_decode.py; run on
-the H200 since 2026-12-03, not shipped) compiles ahead of time for sm_120 and sm_90 on the CPU, as tests/test_mma_aot.py gates the shipped
-configs: shared memory <= 101376 bytes (sm_120's per-block limit), no register spills (ptxas -v), mma.sync and no
-wgmma, and really warp-specialised (setmaxnreg in the PTX, more warps than the 4 it is launched with).
+the H200 since 2026-12-03, not shipped) compiles ahead of time for sm_120 and sm_90 on the CPU, as
+tests/test_mma_aot.py gates the shipped configs: shared memory <= 101376 bytes (sm_120's per-block limit), no
+register spills (ptxas -v), mma.sync and no wgmma, and really warp-specialised (setmaxnreg in the PTX, more warps
+than the 4 it is launched with).
 
 Gated, both: ws32g1 (one MMA group) and ws32g2 (two MMA groups on alternate tiles; spill-free only at the
 136 / 192 loader / MMA register split: 144 / 184 spilled 8-16 bytes, docs/mma_decode_notes.md).
