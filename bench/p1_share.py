@@ -11,10 +11,10 @@ Model and weights: bench/bench_e2e.py's Flash-shaped config (--layers layers, th
 OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py: routed experts spread the way real weights spread them).
 The prompt of 4096 tokens fills the c4 layers' top-512 and the 128-token window, so each decode token's
 attention work is at the ceiling it keeps at any longer context. Each server runs alone on the GPU
-(bench/server_pool.py, each_alone: idle neighbours slowed the fast server's steps): per
-concurrency, the steady-window decode tok/s and step time of bench_e2e.measure, and sglang's own
-gen-throughput lines. Requests sample at
-temperature 1 (TEMPERATURE says why), so runs before 2026-12-03's run 3 (greedy) do not compare to later ones.
+(bench/server_pool.py, each_alone: idle neighbours slowed the fast server's steps). Per concurrency: the
+steady-window decode tok/s and step time of bench_e2e.measure, and sglang's own gen-throughput lines. Requests
+sample at temperature 1 (TEMPERATURE says why), so runs before 2026-12-03's run 3 (greedy) do not compare to
+later ones.
 
 Attention share of decode GPU time, two stated methods:
   profile   while every request is decoding (sglang logs a batch line with all of them running), POST
