@@ -31,6 +31,7 @@ help:
 	@echo "make bench-e2e [BUNDLE=dir | PINNED_PYTHON=py] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
+	@echo "make carry-size               do the tree and build/bundle fit one call to the lent GPU machine (64 MiB)?"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
 apply:
@@ -170,10 +171,13 @@ GPU_CC     ?= 90
 JIT_ARCH   := $(shell echo $(GPU_CC) | sed 's/\(.\)$$/.\1/')
 JIT_CACHE  ?= $(wildcard build/jit-cache build/jit-cache-$(JIT_ARCH))
 
-.PHONY: bundle prebuild-jit
+.PHONY: bundle carry-size prebuild-jit
 
 bundle:
 	$(PYTHON) -m serving.bundle build $(LINE_ARG) --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
+
+carry-size:
+	$(PYTHON) -m serving.bundle carry-size --bundle $(BUNDLE_OUT)
 
 prebuild-jit: $(VENV)/.installed
 	$(PYTHON) -m serving.bundle prebuild-jit $(LINE_ARG) --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)

@@ -3,6 +3,7 @@
     python3 -m serving.bundle build [--out build/bundle] [--jit-cache DIR] [--gpu-cc 90]     # `make bundle`
     python3 -m serving.bundle install BUNDLE_DIR --into SITE_ROOT                           # on the GPU machine
     python3 -m serving.bundle env SITE_ROOT pinned|patched                                  # export lines for a shell
+    python3 -m serving.bundle carry-size [--bundle build/bundle]   # tree + bundle vs one device call (`make carry-size`)
     python3 -m serving.bundle prebuild-jit --arch 9.0 --out build/jit-cache                 # serving/bundle_jit.py
 
 The GPU machine must already have the pinned runtime (pin.lock [runtime]: torch 2.11.0, triton 3.6.0) on
@@ -62,6 +63,7 @@ STUBS = REPO / "serving" / "bundle_stubs"
 DEFAULT_OUT = REPO / "build" / "bundle"
 DOWNLOADS = REPO / "build" / "bundle-downloads"
 LIMIT_MIB = 60
+CARRY_MIB = 64     # what one call to the lent GPU machine carries: the working tree and the bundle together
 TARGET_PYTHON = "3.12"
 # pip matches manylinux tags exactly: every tag a wheel of the closure carries is listed (x86_64 only).
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
@@ -254,6 +256,28 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
         shutil.rmtree(work, ignore_errors=True)
 
 
+def carried_tree_bytes(repo: Path = REPO) -> int:
+    """Bytes of the files a device call sends from the checkout: tracked, and untracked but not ignored."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, text=True, check=True).stdout
+    return sum(f.stat().st_size for f in (repo / name for name in set(listed.split("\0")) if name) if f.is_file())
+
+
+def carry_size(bundle: Path, repo: Path = REPO) -> int:
+    """Say whether the tree and the bundle fit one device call together (docs/gpu_box.md); 1 when they do not."""
+    files = [f for f in bundle.rglob("*") if f.is_file()] if bundle.is_dir() else []
+    if not files:
+        raise BundleError(f"expected a built bundle at {bundle}, found no files there (make bundle)")
+    tree, packed = carried_tree_bytes(repo), sum(f.stat().st_size for f in files)
+    total = tree + packed
+    say(f"a device call carries the tree ({tree / MIB:.2f} MiB) and {os.path.relpath(bundle, repo)} "
+        f"({packed / MIB:.2f} MiB): {total / MIB:.2f} of {CARRY_MIB} MiB, {(CARRY_MIB * MIB - total) / MIB:.2f} MiB left")
+    if total > CARRY_MIB * MIB:
+        say(f"over by {(total - CARRY_MIB * MIB) / MIB:.2f} MiB: gzip or drop raw results, or slim the bundle")
+        return 1
+    return 0
+
+
 def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
           downloads: Path = DOWNLOADS, line: str | None = None) -> int:
     reqs = read_requirements()
@@ -276,7 +300,7 @@ def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float
         for d in dropped:
             print(f"  removed from {dist}: {d['path']} ({d['size'] / MIB:.0f} MiB): {d['why']}")
     say(f"install on the GPU machine: python3 -m serving.bundle install {os.path.relpath(out, REPO)} --into SITE_ROOT")
-    return 0
+    return carry_size(out)
 
 
 # ---- install -----------------------------------------------------------------------------------------------------
@@ -395,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("env", help="print export lines (PYTHONPATH, TVM_FFI_CACHE_DIR) for one tree")
     e.add_argument("site_root", type=Path)
     e.add_argument("tree", choices=TREES)
+    c = sub.add_parser("carry-size", help="do the tree and the bundle fit one device call together (64 MiB)?")
+    c.add_argument("--bundle", type=Path, default=DEFAULT_OUT)
     p = sub.add_parser("prebuild-jit", help="compile sglang's jit_kernel modules into a tvm-ffi cache (needs nvcc)")
     from . import bundle_jit
     bundle_jit.add_arguments(p)
@@ -403,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib, args.python_version,
                          line=args.line)
+        if args.command == "carry-size":
+            return carry_size(args.bundle.resolve())
         if args.command == "install":
             return install(args.bundle, args.into)
         if args.command == "env":

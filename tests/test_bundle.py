@@ -347,3 +347,33 @@ def test_prebuild_jit_refuses_a_line_without_jit_modules_in_one_line_and_writes_
     assert len(err) == 1 and "expected a line with jit_kernel modules" in err[0] and "found line 0.5.23" in err[0]
     assert not (bundle_jit.WORK / "tree-0.5.23").exists()
     assert "0.5.14" in bundle_jit.JIT_MODULES
+
+
+def _repo_with(tmp_path: Path, files: dict) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for name, size in files.items():
+        (repo / name).write_bytes(b"x" * size)
+    return repo
+
+
+def test_the_carried_tree_is_tracked_and_untracked_files_but_not_ignored_ones(tmp_path):
+    repo = _repo_with(tmp_path, {"tracked.py": 1000, "new.md": 300, "big.bin": 5000, ".gitignore": 8})
+    (repo / ".gitignore").write_text("big.bin\n")
+    subprocess.run(["git", "-C", str(repo), "add", "tracked.py"], check=True)
+    assert bundle.carried_tree_bytes(repo) == 1000 + 300 + len("big.bin\n")
+
+
+def test_carry_size_fails_when_tree_and_bundle_pass_one_device_call(tmp_path, monkeypatch, capsys):
+    repo = _repo_with(tmp_path, {"tracked.py": 300_000})
+    packed = tmp_path / "bundle"
+    packed.mkdir()
+    (packed / "payload.tar.xz").write_bytes(b"y" * 600_000)
+    monkeypatch.setattr(bundle, "CARRY_MIB", 1)
+    assert bundle.carry_size(packed, repo) == 0
+    (packed / "more.whl").write_bytes(b"z" * 200_000)     # 1.1e6 bytes > 1 MiB
+    assert bundle.carry_size(packed, repo) == 1
+    assert "over by" in capsys.readouterr().out
+    with pytest.raises(BundleError, match="expected a built bundle at .*nope, found no files there"):
+        bundle.carry_size(tmp_path / "nope", repo)
