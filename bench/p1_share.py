@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gzip
 import json
 import random
 import sys
@@ -44,7 +43,7 @@ import time
 import urllib.error
 from pathlib import Path
 
-from bench import bench_e2e, server_pool
+from bench import bench_e2e, server_pool, trace_summary
 from bench.command import command_line
 from serving import emulate_sm120, serve_cmd, smoke
 
@@ -90,12 +89,8 @@ def kernel_times(trace: dict) -> tuple[float, float, dict]:
     """(all kernels us, attention kernels us, {attention kernel name: us}) of one chrome trace."""
     total = attn = 0.0
     names: dict = {}
-    for ev in trace.get("traceEvents", []):
-        if ev.get("ph") != "X" or str(ev.get("cat", "")).lower() != "kernel":
-            continue
-        dur = float(ev.get("dur", 0.0))
+    for name, dur in trace_summary.kernel_events(trace):
         total += dur
-        name = str(ev.get("name", ""))
         if any(k in name for k in ATTENTION_KERNELS):
             attn += dur
             key = next(k for k in ATTENTION_KERNELS if k in name)
@@ -110,10 +105,8 @@ def read_traces(folder: Path) -> dict | None:
     total = attn = 0.0
     names: dict = {}
     for f in files:
-        opener = gzip.open if f.suffix == ".gz" else open
         try:
-            with opener(f, "rt") as fh:
-                t, a, n = kernel_times(json.load(fh))
+            t, a, n = kernel_times(trace_summary.load_trace(f))
         except (OSError, EOFError, ValueError) as exc:   # a trace cut short: said, not guessed around
             return {"files": [x.name for x in files], "error": f"{f.name}: {type(exc).__name__}: {exc}"[:300]}
         total, attn = total + t, attn + a

@@ -5,6 +5,8 @@
 Every *.trace.json(.gz) under DIR: for each trace, the total kernel time and the `--top` kernels by time
 (name cut to 100 characters, microseconds, launches). The traces themselves are 0.1-0.5 MB each; a device call
 carries the tree and the offline bundle together under 64 MiB, so committed results keep this instead.
+
+Reading a trace (load_trace, kernel_events) lives here; bench/p1_share.py counts its attention share with it.
 """
 from __future__ import annotations
 
@@ -16,14 +18,27 @@ import sys
 from pathlib import Path
 
 
+def load_trace(path: Path) -> dict:
+    """One chrome trace, gzipped or not (torch's profiler writes .trace.json.gz)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+def kernel_events(trace: dict):
+    """(name, us) of each GPU kernel in a trace: complete events of category kernel, not the runtime calls
+    (cudaGraphLaunch and the like) that launched them."""
+    for ev in trace.get("traceEvents", []):
+        if ev.get("ph") == "X" and str(ev.get("cat", "")).lower() == "kernel":
+            yield str(ev.get("name", "")), float(ev.get("dur", 0.0))
+
+
 def kernel_table(trace: dict, top: int) -> dict:
     us: collections.Counter = collections.Counter()
     launches: collections.Counter = collections.Counter()
-    for ev in trace.get("traceEvents", []):
-        if ev.get("ph") == "X" and str(ev.get("cat", "")).lower() == "kernel":
-            name = str(ev.get("name", ""))[:100]
-            us[name] += float(ev.get("dur", 0.0))
-            launches[name] += 1
+    for name, dur in kernel_events(trace):
+        us[name[:100]] += dur
+        launches[name[:100]] += 1
     return {"kernel_us": round(sum(us.values()), 1),
             "top": [{"name": n, "us": round(t, 1), "launches": launches[n]} for n, t in us.most_common(top)]}
 
@@ -31,9 +46,7 @@ def kernel_table(trace: dict, top: int) -> dict:
 def summarize(folder: Path, top: int) -> dict:
     out = {}
     for f in sorted(folder.rglob("*.trace.json*")):
-        opener = gzip.open if f.suffix == ".gz" else open
-        with opener(f, "rt") as fh:
-            out[str(f.relative_to(folder))] = kernel_table(json.load(fh), top)
+        out[str(f.relative_to(folder))] = kernel_table(load_trace(f), top)
     return out
 
 
