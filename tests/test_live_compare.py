@@ -232,14 +232,8 @@ def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_pat
 
 def test_report_on_a_results_folder_writes_nothing(tmp_path, capsys):
     """`--report` re-reads saved runs, committed ones included; it must leave the folder byte-for-byte."""
-    import shutil
-    from pathlib import Path
+    from tests.saved_results import report_leaves_folder_as_it_was
 
-    saved = Path(__file__).resolve().parents[1] / "bench/results/2026-12-03-live-run10/live"
-    folder = tmp_path / "live"
-    shutil.copytree(saved, folder)
-    (folder / "compare.json").write_text("{}\n")        # what a run wrote, or an older format: left alone
-    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    assert live_compare.main(["--report", str(folder)]) == 0
-    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    report_leaves_folder_as_it_was("2026-12-03-live-run10/live", tmp_path, "compare.json", "{}\n",
+                                   lambda folder: live_compare.main(["--report", str(folder)]))
     assert "all as expected" in capsys.readouterr().out.splitlines()

@@ -136,14 +136,8 @@ def test_the_driver_measures_each_server_alone_and_stops_them(tmp_path, profile,
 
 def test_report_on_a_results_folder_prints_the_table_and_writes_nothing(tmp_path, capsys):
     """`--report` re-reads saved runs, committed ones included; it must leave the folder byte-for-byte."""
-    import shutil
-    from pathlib import Path
+    from tests.saved_results import report_leaves_folder_as_it_was
 
-    saved = Path(__file__).resolve().parents[1] / "bench/results/2026-12-03-p1-share-run3/together-1M"
-    folder = tmp_path / "run"
-    shutil.copytree(saved, folder)
-    (folder / "share.json").write_text("[]\n")          # what a run wrote, or an older format: left alone
-    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    assert p1_share.main(["--report", str(folder)]) == 0
-    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    report_leaves_folder_as_it_was("2026-12-03-p1-share-run3/together-1M", tmp_path, "share.json", "[]\n",
+                                   lambda folder: p1_share.main(["--report", str(folder)]))
     assert "| 1M | triton | 64 | 4096 | 369.4 | 173.26 |" in capsys.readouterr().out

@@ -1,0 +1,18 @@
+"""Helpers for tests that read committed raw results (bench/results/) without ever touching them."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def report_leaves_folder_as_it_was(run: str, tmp_path: Path, stale_name: str, stale_text: str, report) -> None:
+    """Copy bench/results/<run> to tmp_path, put a stale `stale_name` in it (what an earlier run or format wrote),
+    call report(folder) and check it returned 0 and left every file byte-for-byte."""
+    folder = tmp_path / Path(run).name
+    shutil.copytree(RESULTS / run, folder)
+    (folder / stale_name).write_text(stale_text)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert report(folder) == 0
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
