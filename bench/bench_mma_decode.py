@@ -194,6 +194,7 @@ def main() -> None:
                          "each timed as its own column with its error against float64")
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
+    ap.add_argument("--batches", default="1,4,16,64,128", help="batch sizes of the window + extra shapes")
     ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
                     help="the FlashInfer sm_120 peer's folder (bench.peers.flashinfer_sm120_sources + _build)")
     ap.add_argument("--peer-sms", default="132,188",
@@ -235,7 +236,8 @@ def main() -> None:
     heads = [int(h) for h in args.heads.split(",") if h]
     topk_heads = [int(h) for h in args.topk_heads.split(",") if h]
     configs = [c for c in args.configs.split(",") if c]
-    shapes = [Shape(B, H, 128, 512) for H in heads for B in (1, 4, 16, 64, 128)]
+    batches = [int(b) for b in args.batches.split(",") if b]
+    shapes = [Shape(B, H, 128, 512) for H in heads for B in batches]
     shapes += [Shape(B, H, 2048, 0) for H in topk_heads for B in (1, 16, 64, 128)]
 
     rows = []
@@ -244,6 +246,7 @@ def main() -> None:
         row = {"shape": s.name, "H": s.H, "B": s.B, "topk": s.topk, "extra_topk": s.extra_topk}
         row["floor_us"] = s.kv_bytes() / bw * 1e6
         ref = reference_f64(inp, 0)
+        row["mma_config"] = mma.pick_config(s.H, s.B, sms=torch.cuda.get_device_properties(0).multi_processor_count)
         row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
         row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
         for name in configs:
@@ -343,7 +346,8 @@ def load_flashinfer_peer(src: Path):
     except PeerUnavailable as exc:
         print(f"flashinfer sm_120 peer: not run ({exc})")
         return None
-    print(f"flashinfer sm_120 peer: {src} (FlashInfer 0.7.2 built for this GPU, called as SGLang 0.5.23 does)")
+    print(f"flashinfer sm_120 peer: {src} (FlashInfer {peer.flashinfer_version} built for this GPU, "
+          "called as SGLang 0.5.23 does)")
     return peer
 
 

@@ -1,4 +1,5 @@
-"""The FlashInfer 0.7.2 sm_120 sparse-MLA decode, called the way SGLang 0.5.23 calls it, on an sm_90a GPU.
+"""The FlashInfer sm_120 sparse-MLA decode (0.7.2, or the release SRC was laid from), called the way SGLang
+0.5.23 calls it, on an sm_90a GPU.
 
     peer = load_peer(build/peer-flashinfer)            # after flashinfer_sm120_sources and _build
     peer.set_sm_count(188)                             # the split heuristic as on an RTX PRO 6000
@@ -25,6 +26,7 @@ The SM count and shared memory the plan reads (`_prepared.device_caps`) are set 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import math
 import os
@@ -136,6 +138,7 @@ def _install_sglang_buffers() -> None:
 class Peer:
     def __init__(self, src: Path, fi, sgl: dict, tvm_ffi):
         self.src, self.fi, self.sgl, self.tvm_ffi = src, fi, sgl, tvm_ffi
+        self.flashinfer_version = flashinfer_release(src)
         self._prepared = importlib.import_module("flashinfer.mla._sparse_mla_sm120._prepared")  # imported lazily upstream
         self._real_caps = self._prepared.device_caps
         self.sm_count: int | None = None
@@ -169,6 +172,16 @@ class Peer:
         per-device split buffer, which a decode() of P-token pages rewrites (with the same bytes)."""
         kv_u8 = k_cache.view(torch.uint8)
         return self.sgl["_split_kv_pages_to_64"](kv_u8, k_cache.shape[1], touched_indices=None)
+
+
+def flashinfer_release(src: Path) -> str:
+    """The FlashInfer release SRC was laid from (its SOURCES.json)."""
+    from bench.peers.flashinfer_sm120_sources import STAMP
+
+    try:
+        return json.loads((Path(src) / STAMP).read_text())["flashinfer"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise PeerUnavailable(f"expected {Path(src) / STAMP} naming its FlashInfer release, found: {exc}") from None
 
 
 def load_peer(src: Path) -> Peer:

@@ -1,6 +1,6 @@
-"""Compile the FlashInfer 0.7.2 sparse_mla_sm120 decode, merge and prefill kernels for sm_90a.
+"""Compile the FlashInfer sparse_mla_sm120 decode, merge and prefill kernels for sm_90a.
 
-    python3 -m bench.peers.flashinfer_sm120_build [--src build/peer-flashinfer] [--arch sm_90a] [--jobs N]
+    python3 -m bench.peers.flashinfer_sm120_build [--src build/peer-flashinfer[-VERSION]] [--arch sm_90a] [--jobs N]
                                                    [--only NAME.cu] [--ptxas-verbose]
 
 SRC is what flashinfer_sm120_sources laid out (patched). The translation units are the ones of
@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.peers.flashinfer_sm120_sources import DEFAULT_OUT, STAMP, load_spec
+from bench.peers.flashinfer_sm120_sources import STAMP, default_out, load_spec
 
 NVCC_FLAGS = [  # flashinfer/jit/core.py gen_jit_spec + cpp_ext.build_cuda_cflags, non-debug
     "-std=c++17", "-use_fast_math", "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16",
@@ -116,14 +116,15 @@ def build(src: Path, arch: str = "sm_90a", jobs: int = 0, only: str | None = Non
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--flashinfer", help="the release whose sources --src holds (default: the spec's own, 0.7.2)")
+    ap.add_argument("--src", type=Path, help="default: build/peer-flashinfer[-VERSION]")
     ap.add_argument("--arch", default="sm_90a", help="nvcc code target (default: %(default)s)")
     ap.add_argument("--jobs", type=int, default=0, help="units compiled at once (default: one per core)")
     ap.add_argument("--only", help="compile this one unit (e.g. decode_dispatch.cu), link nothing")
     ap.add_argument("--ptxas-verbose", action="store_true", help="registers, shared memory and spills per kernel")
     args = ap.parse_args(argv)
     try:
-        build(args.src, args.arch, args.jobs, args.only, ["-Xptxas=-v"] if args.ptxas_verbose else [])
+        build(args.src or default_out(args.flashinfer), args.arch, args.jobs, args.only, ["-Xptxas=-v"] if args.ptxas_verbose else [])
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

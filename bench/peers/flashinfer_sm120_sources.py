@@ -1,6 +1,6 @@
-"""Lay out the sources of the FlashInfer 0.7.2 sm_120 decode peer, patched for sm_90a.
+"""Lay out the sources of the FlashInfer sm_120 decode peer (0.7.2, or --flashinfer VERSION), patched for sm_90a.
 
-    python3 -m bench.peers.flashinfer_sm120_sources [--out build/peer-flashinfer]
+    python3 -m bench.peers.flashinfer_sm120_sources [--flashinfer 0.7.4] [--out build/peer-flashinfer[-VERSION]]
 
 Each wheel named in flashinfer_sm120.json comes through pip's configuration (patchkit's fetch, into
 the shared artifact cache) and must hash as that file says. From them OUT gets: FlashInfer's kernel
@@ -36,8 +36,24 @@ DEFAULT_OUT = REPO / "build" / "peer-flashinfer"
 STAMP = "SOURCES.json"  # what OUT was laid from: the spec's wheels and the patch's bytes
 
 
-def load_spec(path: Path = SPEC) -> dict:
-    return json.loads(path.read_text())
+def load_spec(path: Path = SPEC, flashinfer: str | None = None) -> dict:
+    """The spec, with its FlashInfer wheel swapped for release `flashinfer` (one of flashinfer_releases)."""
+    spec = json.loads(path.read_text())
+    default = spec["wheels"]["flashinfer"]["version"]
+    if flashinfer and flashinfer != default:
+        known = {k: v for k, v in spec.get("flashinfer_releases", {}).items() if not k.startswith("_")}
+        if flashinfer not in known:
+            raise PatchkitError(f"--flashinfer {flashinfer}: expected one of {', '.join([default, *known])} "
+                                f"({path.name} flashinfer_releases), found no such entry")
+        spec["wheels"]["flashinfer"] = {**spec["wheels"]["flashinfer"], "version": flashinfer, **known[flashinfer]}
+    return spec
+
+
+def default_out(flashinfer: str | None = None) -> Path:
+    """build/peer-flashinfer for the spec's own release, build/peer-flashinfer-VERSION for another."""
+    if not flashinfer or flashinfer == load_spec()["wheels"]["flashinfer"]["version"]:
+        return DEFAULT_OUT
+    return DEFAULT_OUT.with_name(f"{DEFAULT_OUT.name}-{flashinfer}")
 
 
 def upstream(spec: dict, name: str) -> Upstream:
@@ -79,7 +95,7 @@ def apply_patch(tree: Path, patch: Path) -> None:
 def stamp(spec: dict) -> dict:
     patch = HERE / spec["patch"]
     return {"wheels": {k: v["sha256"] for k, v in spec["wheels"].items()},
-            "patch": patch.read_text()}
+            "flashinfer": spec["wheels"]["flashinfer"]["version"], "patch": patch.read_text()}
 
 
 def prepare(out: Path, spec: dict | None = None, log=print) -> Path:
@@ -114,10 +130,11 @@ def prepare(out: Path, spec: dict | None = None, log=print) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the sources go (default: %(default)s)")
+    ap.add_argument("--flashinfer", help="the FlashInfer release (default: the spec's own, 0.7.2)")
+    ap.add_argument("--out", type=Path, help="where the sources go (default: build/peer-flashinfer[-VERSION])")
     args = ap.parse_args(argv)
     try:
-        prepare(args.out)
+        prepare(args.out or default_out(args.flashinfer), load_spec(flashinfer=args.flashinfer))
     except PatchkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
