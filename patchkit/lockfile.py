@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import PatchkitError, fsio
+from . import PatchkitError, UsageError, fsio
 from .paths import clean_relpath, safe_name
 
 try:
@@ -151,12 +151,14 @@ def load_lock(path: Path, line: str | None = None) -> Lock:
     tables = _read_toml(path)
     names = tuple(sorted(tables, key=version_key))
     if line is None:
-        # PATCHKIT_LINE: a shell's (or a test session's) standing choice where this pin.lock has that line
-        # (a crafted or older pin.lock without it keeps its own newest); otherwise the newest line
-        standing = os.environ.get("PATCHKIT_LINE")
-        line = standing if standing in tables else names[-1]
+        # PATCHKIT_LINE: a shell's (or a test session's) standing choice; a name this pin.lock lacks is a typo
+        # or another checkout's line, never silently the newest
+        line = os.environ.get("PATCHKIT_LINE") or names[-1]
+        if line not in tables:
+            raise UsageError(f"{path}: expected PATCHKIT_LINE to name a release line of {', '.join(names)}, "
+                             f"found {line!r} (unset it, or pass --line NAME)")
     if line not in tables:
-        raise PatchkitError(f"{path}: expected a release line of {', '.join(names)}, found --line {line!r}")
+        raise UsageError(f"{path}: expected a release line of {', '.join(names)}, found --line {line!r}")
     data = tables[line]
     if not isinstance(data, dict):
         raise PatchkitError(f'{path}: expected [line."{line}"] to be a table, found {_type(data)}')

@@ -113,7 +113,8 @@ def demo_repo(tmp: Path) -> tuple[Path, dict]:
     (repo / "patches" / LINE / PACKAGE / "series").write_text("".join(p.name + "\n" for p in patches))
     (repo / "overlay" / LINE / EXTRA).parent.mkdir(parents=True)
     (repo / "overlay" / LINE / EXTRA).write_text("def g(x):\n    return 2 * x\n")
-    return repo, {"PATCHKIT_CACHE": str(tmp / "cache"), "PATCHKIT_LOCK_WAIT": "0"}
+    # PATCHKIT_LINE unset: the test session's line (tests/conftest.py) is not one of this repository's
+    return repo, {"PATCHKIT_CACHE": str(tmp / "cache"), "PATCHKIT_LOCK_WAIT": "0", "PATCHKIT_LINE": None}
 
 
 def demo_target(tmp: Path, name: str = "site") -> Path:

@@ -40,7 +40,7 @@ def test_second_writer_waits_for_the_first_then_finds_nothing_to_do(tmp_path):
     log = tmp_path / "second.err"
     with open(log, "w") as err_fh:
         second = subprocess.Popen([sys.executable, str(repo / "apply.py"), "apply", "--target", str(site)],
-                                  env={**os.environ, **env, "PATCHKIT_LOCK_WAIT": "60"},
+                                  env={k: v for k, v in {**os.environ, **env, "PATCHKIT_LOCK_WAIT": "60"}.items() if v is not None},
                                   stdout=subprocess.PIPE, stderr=err_fh, text=True)
     try:
         deadline = time.monotonic() + 30

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.fault_fixtures import (EXTRA, PACKAGE, RELEASES, cli, demo_repo, demo_target, file_index, make_wheel,
+from tests.fault_fixtures import (EXTRA, LINE, PACKAGE, RELEASES, cli, demo_repo, demo_target, file_index, make_wheel,
                                   one_line_error, pip_env, sha256)
 from patchkit import PatchkitError
 from patchkit import fetch as fetch_mod
@@ -176,7 +176,7 @@ def test_make_apply_with_only_a_pip_conf_fetches_verifies_and_applies(tmp_path, 
     offline = {**env, **pip_env(tmp_path / "offline", PIP_NO_INDEX="1"), "PATCHKIT_CACHE": str(tmp_path / "carry")}
     proc = cli(repo, "apply", env=offline)
     assert proc.returncode == 0, proc.stderr
-    assert load_lock(repo / "pin.lock").upstream(PACKAGE).artifact == PINNED
+    assert load_lock(repo / "pin.lock", LINE).upstream(PACKAGE).artifact == PINNED
     assert (repo / "build" / "site-1.0" / EXTRA).is_file()
 
 
@@ -201,7 +201,7 @@ def test_make_apply_with_a_wrong_sha256_is_one_line_and_caches_nothing(tmp_path,
     repo, env = demo_repo(tmp_path / "r")
     shutil.rmtree(tmp_path / "r" / "cache")
     lock = repo / "pin.lock"
-    lock.write_text(lock.read_text().replace(load_lock(lock).upstream(PACKAGE).sha256, "f" * 64))
+    lock.write_text(lock.read_text().replace(load_lock(lock, LINE).upstream(PACKAGE).sha256, "f" * 64))
     site = demo_target(tmp_path / "t")
     proc = cli(repo, "apply", "--target", str(site), env={**env, **pip_env(tmp_path / "pip", pip_conf(index_url))})
     assert one_line_error(proc) and "sha256 mismatch" in proc.stderr and "nothing cached" in proc.stderr, proc.stderr

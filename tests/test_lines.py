@@ -47,14 +47,39 @@ def test_the_newest_line_by_version_is_the_default_and_each_line_is_chosen_by_na
     assert old.runtime["torch"] == "2.9.1"
 
 
-def test_an_unknown_line_is_one_line_naming_the_lines(tmp_path, demo):
+def usage_error(proc) -> bool:
+    """A usage error as README promises it: exit 2, one `error:` line, no traceback."""
+    lines = proc.stderr.strip().splitlines()
+    return proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and proc.stdout == ""
+
+
+def test_an_unknown_line_is_a_usage_error_naming_the_lines(tmp_path, demo):
     with pytest.raises(PatchkitError) as err:
         load_lock(_two_lines(tmp_path), "0.6")
     assert "expected a release line of 0.5.9, 0.5.14, found --line '0.6'" in str(err.value)
     repo, env = demo
     for args in (["status", "--line", "9.9"], ["--line", "9.9", "--version"], ["check", "--line", "9.9"]):
         proc = cli(repo, *args, env=env)
-        assert one_line_error(proc) and "expected a release line of 1.0, found --line '9.9'" in proc.stderr, proc.stderr
+        assert usage_error(proc) and "expected a release line of 1.0, found --line '9.9'" in proc.stderr, \
+            (proc.returncode, proc.stderr)
+
+
+def test_a_patchkit_line_that_names_no_line_is_a_usage_error_not_the_newest(tmp_path, demo, monkeypatch):
+    repo, env = demo
+    before = data_snapshot(repo)
+    for args in (["status", "--target", str(demo_target(tmp_path))], ["--version"]):
+        proc = cli(repo, *args, env={**env, "PATCHKIT_LINE": "1.O"})     # a typo: the letter O
+        assert usage_error(proc) and "expected PATCHKIT_LINE to name a release line of 1.0, found '1.O'" \
+            in proc.stderr, (proc.returncode, proc.stderr)
+    assert data_snapshot(repo) == before
+    monkeypatch.setenv("PATCHKIT_LINE", "0.5.99")
+    with pytest.raises(PatchkitError, match=r"expected PATCHKIT_LINE to name a release line of 0\.5\.9, 0\.5\.14, "
+                                            r"found '0\.5\.99'"):
+        load_lock(_two_lines(tmp_path))
+    monkeypatch.setenv("PATCHKIT_LINE", "0.5.9")          # one it names is taken; --line still wins over it
+    assert load_lock(_two_lines(tmp_path)).line == "0.5.9" and load_lock(_two_lines(tmp_path), "0.5.14").line == "0.5.14"
+    monkeypatch.setenv("PATCHKIT_LINE", "")               # set but empty: as if unset, the newest
+    assert load_lock(_two_lines(tmp_path)).line == "0.5.14"
 
 
 def test_line_for_runtime_picks_the_line_of_the_installed_torch_and_triton(tmp_path):
