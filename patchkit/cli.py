@@ -27,7 +27,17 @@ from .worktree import build_worktree, export_series, write_series
 def _target(engine: Engine, args, prepare: bool) -> Path:
     if args.target:
         return Path(args.target)
+    if engine.read_only:
+        raise PatchkitError(engine.needs_checkout("--target DIR"))
     return engine.prepare_default_target() if prepare else engine.default_target
+
+
+def _worktree_dir(engine: Engine, args) -> Path:
+    if args.dir:
+        return Path(args.dir)
+    if engine.read_only:
+        raise PatchkitError(engine.needs_checkout("--dir DIR"))
+    return engine.build_root / "work" / engine.lock.line / args.upstream
 
 
 def _print_change(state) -> None:
@@ -95,7 +105,7 @@ def cmd_fetch(engine, args) -> int:
 
 def cmd_worktree(engine, args) -> int:
     up = engine.lock.upstream(args.upstream)
-    dest = Path(args.dir) if args.dir else engine.build_root / "work" / engine.lock.line / args.upstream
+    dest = _worktree_dir(engine, args)
     series = engine.series(args.upstream)
     build_worktree(dest, series, engine.pristine(args.upstream, print), up.root, up.label)
     print(f"{dest}: pristine {up.label} (tag 'pristine') + {len(series.patches)} patch commit(s).")
@@ -104,7 +114,7 @@ def cmd_worktree(engine, args) -> int:
 
 
 def cmd_export(engine, args) -> int:
-    src = Path(args.dir) if args.dir else engine.build_root / "work" / engine.lock.line / args.upstream
+    src = _worktree_dir(engine, args)
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
     with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \

@@ -58,13 +58,22 @@ class Engine:
         return Engine(lock, self.patches_root.parent / line, self.overlay_root.parent / line, self._build_root)
 
     @property
+    def read_only(self) -> bool:
+        """The series an installed package ships: no build/ beside it, nothing written there."""
+        return self._build_root is None
+
+    @property
     def build_root(self) -> Path:
         """build/ of the repository: the default target, worktrees, rebase state, the repository lock."""
         if self._build_root is None:
-            raise PatchkitError(f"{self.repo}: expected a checkout (a build/ directory beside pin.lock), found the "
-                                "read-only series an installed package ships: pass --target DIR, or --repo DIR "
-                                "for a checkout")
+            raise PatchkitError(self.needs_checkout())
         return self._build_root
+
+    def needs_checkout(self, instead: str = "") -> str:
+        """The one-line refusal of what needs a checkout's build/; `instead`: the command's own way around it."""
+        return (f"{self.repo}: expected a checkout (a build/ directory beside pin.lock), found the read-only series "
+                f"an installed package ships: {'pass ' + instead + ', or ' if instead else 'run it in a checkout, or pass '}"
+                "--repo DIR for a checkout")
 
     @property
     def repo(self) -> Path:

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,19 @@ REPO = Path(__file__).resolve().parents[1]
 _INSTALLED = __package__ != "serving" and not (REPO / "pyproject.toml").is_file()
 DEFAULT_VENV = Path(sys.prefix) if _INSTALLED else REPO / ".venv-sglang"
 MIN_SM120_CUDA = (12, 8)   # sglang's is_sm120_supported(): capability major 12 and CUDA >= 12.8
+
+def install_command(venv: Path) -> str:
+    """What (re)builds the sglang environment: make's target in a checkout; installed, where `make` means
+    nothing, the install module the package ships, run by this interpreter."""
+    if not _INSTALLED:
+        return "make install"
+    return f"{shlex.quote(sys.executable)} -m {__package__}.install --venv {shlex.quote(str(venv))}"
+
+
+def apply_command(site) -> str:
+    """What patches a site-packages: apply.py in a checkout, the `patchkit` command installed."""
+    return f"{'patchkit' if _INSTALLED else 'python apply.py'} apply --target {shlex.quote(str(site))}"
+
 
 # Runs inside the sglang environment's interpreter: what is installed there and what torch sees.
 PROBE = r"""
@@ -175,9 +189,9 @@ def verdict(facts: Facts, pins: dict[str, str], venv: Path, want_tree: str = "pa
             environ=os.environ) -> list[Problem]:
     problems = []
     if facts.python is None:
-        problems.append(Problem(True, f"no sglang environment at {venv}: run make install"))
+        problems.append(Problem(True, f"no sglang environment at {venv}: run {install_command(venv)}"))
     elif facts.torch_error:
-        problems.append(Problem(True, f"torch does not import in {venv} ({facts.torch_error}): run make install"))
+        problems.append(Problem(True, f"torch does not import in {venv} ({facts.torch_error}): run {install_command(venv)}"))
     if facts.python is not None and not facts.torch_error and not facts.gpus:
         smi = f"nvidia-smi: driver {facts.driver}" if facts.driver else "nvidia-smi not found"
         problems.append(Problem(True, f"no CUDA GPU visible to torch ({smi}): serve and smoke need an NVIDIA GPU, "
@@ -191,13 +205,13 @@ def verdict(facts: Facts, pins: dict[str, str], venv: Path, want_tree: str = "pa
                                            "change nothing here (sglang uses FlashMLA/DeepGEMM on it)"))
         elif _version_tuple(facts.torch_cuda) < MIN_SM120_CUDA:
             problems.append(Problem(True, f"torch is built for CUDA {facts.torch_cuda}; sglang takes its sm_120 "
-                                          "paths only with CUDA >= 12.8: run make install"))
+                                          f"paths only with CUDA >= 12.8: run {install_command(venv)}"))
     for dist, want in pins.items():
         have = facts.versions.get(dist)
         if facts.python is not None and have is not None and have.split("+")[0] != want:
-            problems.append(Problem(False, f"{dist} {have} installed, pin.lock pins {want}: run make install"))
+            problems.append(Problem(False, f"{dist} {have} installed, pin.lock pins {want}: run {install_command(venv)}"))
         elif facts.python is not None and have is None:
-            problems.append(Problem(True, f"{dist} is not installed in {venv}: run make install"))
+            problems.append(Problem(True, f"{dist} is not installed in {venv}: run {install_command(venv)}"))
     if want_tree == "pinned":
         if facts.patch_state not in (None, "pristine"):
             problems.append(Problem(True, f"TREE=pinned asks for the pinned baseline, but patches are "
@@ -206,8 +220,8 @@ def verdict(facts: Facts, pins: dict[str, str], venv: Path, want_tree: str = "pa
             problems.append(Problem(False, f"serving the pinned baseline (TREE=pinned): patches are pristine in "
                                            f"{facts.site}, as asked"))
     elif facts.patch_state not in (None, "applied"):
-        problems.append(Problem(True, f"patches are {facts.patch_state} in {facts.site}: run make install "
-                                      f"(or python apply.py apply --target {facts.site})"))
+        problems.append(Problem(True, f"patches are {facts.patch_state} in {facts.site}: run {install_command(venv)} "
+                                      f"(or {apply_command(facts.site)})"))
     if facts.gpus and facts.nvcc is None:
         problems.append(Problem(False, "nvcc not found (CUDA_HOME or PATH): FlashInfer cannot JIT-build its "
                                        "kernels (FP4 quantization) on first use; install the CUDA toolkit >= 12.8"))
@@ -321,7 +335,7 @@ def report(facts: Facts, pins: dict[str, str], problems: list[Problem], venv: Pa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the sglang environment (make install)")
+    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the sglang environment (make install; installed: this one)")
     parser.add_argument("--target", type=Path, help="site-packages to check the patches in (default: the venv's)")
     parser.add_argument("--gate", action="store_true",
                         help="print only the first blocking reason, as one line; exit 1 if there is one")

@@ -109,3 +109,79 @@ def test_installed_command_takes_a_repo_it_is_given(installed, tmp_path):
     bad = run(installed, "--repo", str(tmp_path), "check", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.startswith(f"error: --repo {tmp_path}: expected a directory holding "
                                                          "pin.lock, found none"), bad.stderr
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    proc = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+def test_the_installed_package_ships_every_file_of_the_series_and_runs_export_pr(installed, tmp_path):
+    """Everything under patches/ and overlay/ is package data (the PR texts and upstream tests export-pr needs),
+    and installed export-pr, run outside any checkout, makes the branch and writes the PR body into the upstream
+    checkout's own git directory (the only tree the command writes to), not into the read-only package."""
+    site, _, _ = installed
+    shipped = site / "dsv4_sm120_overlay"
+    for top in ("patches", "overlay"):
+        want = sorted(p.relative_to(REPO).as_posix() for p in (REPO / top).rglob("*")
+                      if p.is_file() and "__pycache__" not in p.parts)
+        have = sorted(p.relative_to(shipped).as_posix() for p in (shipped / top).rglob("*") if p.is_file())
+        assert have == want, sorted(set(want) ^ set(have))
+
+    # an upstream checkout holding the pinned files the patch touches, in repo layout, tagged as the release
+    engine = Engine.from_repo(REPO)
+    name = next(n for n in engine.lock.upstreams if (engine.patches_root / n / "upstream-pr.toml").is_file())
+    up, patch = engine.lock.upstream(name), engine.series(name).patches[0]
+    checkout = tmp_path / "upstream"
+    checkout.mkdir()
+    _git(checkout, "init", "-q", "-b", "main")
+    pristine = engine.pristine(name)
+    for rel in patch.paths:
+        (checkout / up.repo_prefix / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / up.repo_prefix / rel).write_bytes(pristine.read(rel))
+    _git(checkout, "add", "-A")
+    _git(checkout, "-c", "user.name=u", "-c", "user.email=u@example.invalid", "commit", "-qm", f"Release {up.tag}")
+    _git(checkout, "tag", up.tag)
+    _git(checkout, "config", "user.name", "Jane Reviewer")
+    _git(checkout, "config", "user.email", "jane@example.org")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    proc = run(installed, "export-pr", f"{name}/{patch.name}", "--repo", str(checkout), cwd=outside)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    branch = next(line.split()[3] for line in proc.stdout.splitlines() if ": branch " in line)
+    body = Path(_git(checkout, "rev-parse", "--absolute-git-dir").strip()) / "pr-bodies" / (branch.replace("/", "-") + ".md")
+    assert f"PR body written to {body}" in proc.stdout and body.read_text().strip(), proc.stdout
+    assert _git(checkout, "status", "--porcelain") == "" and sorted(p.name for p in outside.iterdir()) == []
+    assert not (shipped / "build").exists()
+    # a command that needs a checkout's build/ names only flags it has
+    worktree = run(installed, "worktree", name, cwd=outside)
+    assert worktree.returncode == 1 and "--target" not in worktree.stderr and "--dir DIR" in worktree.stderr, \
+        worktree.stderr
+
+
+def test_installed_doctor_names_the_install_command_of_the_package_not_make(installed, tmp_path):
+    """Outside a checkout `make install` means nothing: doctor names the module the package ships, and it runs."""
+    missing = tmp_path / "no-env"
+    proc = run(installed, "doctor", "--venv", str(missing), cwd=tmp_path)
+    assert proc.returncode == 1 and "make install" not in proc.stdout, proc.stdout + proc.stderr
+    command = f"-m dsv4_sm120_overlay.serving.install --venv {missing}"
+    assert f"no sglang environment at {missing}: run " in proc.stdout and command in proc.stdout, proc.stdout
+    helped = subprocess.run([sys.executable, "-P", "-m", "dsv4_sm120_overlay.serving.install", "--help"], cwd=tmp_path,
+                            env=installed[2], capture_output=True, text=True)
+    assert helped.returncode == 0 and "--venv" in helped.stdout, helped.stdout + helped.stderr
+
+
+def test_the_distribution_version_is_the_patch_set_version_pin_lock_gives(installed):
+    """One copy of the version: pin.lock's [line.*.patchset] version. Where lines differ, the highest: a change
+    released on any line under a version above every other line's raises the distribution's version too."""
+    from importlib import metadata
+
+    from patchkit.lockfile import load_lock, version_key
+
+    site, _, _ = installed
+    lock = load_lock(REPO / "pin.lock")
+    want = max(lock.patchsets.values(), key=version_key)
+    dist = next(metadata.distributions(path=[str(site)]))
+    assert (dist.metadata["Name"], dist.version) == ("dsv4-sm120-overlay", want)

@@ -40,7 +40,8 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="export a patch marked as already upstream (Backport) or superseded (Superseded-By)")
     p.add_argument("--branch", metavar="NAME", help="default: pr/<the patch subject, whole words>")
-    p.add_argument("--body", metavar="FILE", help="where to write the PR body (default: build/pr/<branch>.md)")
+    p.add_argument("--body", metavar="FILE", help="where to write the PR body (default: build/pr/<branch>.md; "
+                   "installed, outside a checkout: the upstream checkout's .git/pr-bodies/)")
     p.set_defaults(func=run)
 
 
@@ -257,6 +258,14 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
     return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack))
 
 
+def body_dir(engine, repo: Path) -> Path:
+    """build/pr in a checkout; run from an installed package (no build/), the upstream checkout's own git
+    directory: the one tree the command writes to, and never its work tree."""
+    if engine.read_only:
+        return Path(checkout_git(repo, "rev-parse", "--absolute-git-dir").stdout.strip()) / "pr-bodies"
+    return engine.build_root / "pr"
+
+
 def _github_repo(url: str) -> str:
     m = re.match(r"https?://github\.com/([^/]+/[^/.]+)", url or "")
     return m.group(1) if m else ""
@@ -310,7 +319,7 @@ def run(engine, args) -> int:
         if branch_exists(repo, branch):
             raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
         stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
-        body_path = Path(args.body) if args.body else engine.build_root / "pr" / (branch.replace("/", "-") + ".md")
+        body_path = Path(args.body) if args.body else body_dir(engine, repo) / (branch.replace("/", "-") + ".md")
         planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template, stack,
                                 branch, body_path))
         # the next patch of the stack builds on this one: plan it against this commit's tree
