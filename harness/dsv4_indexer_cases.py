@@ -27,7 +27,8 @@ from harness.upstream import import_from_tree, load_module, top_level_defs
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
-MHC_PRE_TRITON = "sglang/srt/layers/mhc_pre_triton.py"
+MHC_PRE_TRITON = "sglang/srt/layers/mhc_pre_triton.py"            # 0.5.14 (beside its srt/layers/mhc.py)
+MHC_PRE_TRITON_OPS = "sglang/kernels/ops/layernorm/mhc_pre_triton.py"   # 0.5.23 (beside kernels/ops/layernorm/mhc.py)
 ENVIRON = "sglang.srt.environ"
 
 PAGE, HEAD_DIM, N_HEADS = 64, 128, 64
@@ -80,13 +81,23 @@ def indexer_function(root: Path, name: str = "fp8_paged_mqa_logits_torch_sm120")
     return namespace[name]
 
 
-def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
+def mhc_pre_file(root: Path) -> Path:
+    """The tree's fused MHC-pre kernel file, where its line keeps it (the 0.5.14 path if the tree has none)."""
+    ops = Path(root) / MHC_PRE_TRITON_OPS
+    return ops if ops.is_file() else Path(root) / MHC_PRE_TRITON
+
+
+def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS, sm120: bool | None = None):
     """The nested `hc_pre_torch_impl` of DeepseekV4DecoderLayer.hc_pre, compiled on its own.
 
     Its decorator (`compile_in_capture_mode`) is a pass-through outside CUDA-graph capture, so it is
     dropped; the free variable `self` becomes a global holding the one attribute it reads. Module-level
     flags it reads are evaluated from the file; the fused kernel comes from the tree's overlay file.
+    sm120: what the file's device probe (0.5.14 `is_sm120_supported()`, 0.5.23 `get_platform().is_sm120`)
+    answers; None: this machine's answer (a CUDA device of compute capability 12.x).
     """
+    if sm120 is None:
+        sm120 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 12
     path = Path(root) / MODEL
     tree = ast.parse(path.read_text())
     # 0.5.14 defines hc_pre on DeepseekV4DecoderLayer; 0.5.23 on its base, DeepseekV4DecoderLayerBase.
@@ -98,8 +109,9 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
     used = {x.id for x in ast.walk(inner) if isinstance(x, ast.Name)}
     flags = [n for name, n in top_level_defs(tree).items() if name in used and isinstance(n, ast.Assign)]
     namespace = {"torch": torch, "F": F, "os": __import__("os"), "envs": tree_envs(root),
-                 "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps)}
-    kernel_file = Path(root) / MHC_PRE_TRITON
+                 "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps),
+                 "is_sm120_supported": lambda: sm120, "get_platform": lambda: types.SimpleNamespace(is_sm120=sm120)}
+    kernel_file = mhc_pre_file(root)
     if kernel_file.is_file():
         namespace["mhc_pre_mixes"] = load_module(kernel_file).mhc_pre_mixes
     exec(compile(ast.Module(body=flags + [inner], type_ignores=[]), str(path), "exec"), namespace)
@@ -108,7 +120,7 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS):
 
 def mhc_pre_kernel(root: Path):
     """The fused MHC-pre custom op from the tree's overlay file."""
-    return load_module(Path(root) / MHC_PRE_TRITON).mhc_pre_mixes
+    return load_module(mhc_pre_file(root)).mhc_pre_mixes
 
 
 # --------------------------------------------------------------------------- indexer inputs

@@ -1,9 +1,11 @@
-"""P3 red/green: the MHC-pre mixing linear runs in bf16, the RMS statistics in fp32.
+"""P3 red/green: on sm_120 the MHC-pre mixing linear runs in bf16, the RMS statistics in fp32; anywhere
+else, and with SGLANG_SM120_MHC_PRE_TRITON=0, the release's own fp32 code runs, bit for bit.
 
 Runs the real nested `hc_pre_torch_impl` of DeepseekV4DecoderLayer.hc_pre, compiled out of the
 pristine and the patched deepseek_v4.py, at DSv4-Flash shapes (x [T, 4, 4096] bf16,
-hc_fn [24, 16384] fp32). On a CPU it takes its torch route; the fused Triton kernel it calls on
-CUDA (overlay mhc_pre_triton.py) is run by Triton's interpreter, its tl.dot operand dtypes recorded.
+hc_fn [24, 16384] fp32), with the file's device probe answering sm_120 or not. The fused Triton kernel
+its sm_120 route calls (overlay mhc_pre_triton.py) is run by Triton's interpreter, its tl.dot operand
+dtypes recorded.
 
 Bound: x is bf16 already, so the GEMM in bf16 rounds only hc_fn (2^-9 relative) and its output
 (2^-9 relative); fp32 accumulation stays. Per mix, against float64:
@@ -46,22 +48,31 @@ def _assert_within_bound(x, hc_fn, mixes):
 
 
 def check_bf16_mhc_pre(root):
+    """The sm_120 route of the function: the fused kernel's bf16 dots, within the bound."""
     x, hc_fn = _case()
-    fn = C.hc_pre_torch_impl(root)
-    with C.MatmulDtypes() as probe:
+    fn = C.hc_pre_torch_impl(root, sm120=True)
+    with C.InterpretedDots() as dots:
         x_flat, mixes = fn(x, hc_fn)
 
-    assert probe.calls, "expected a matmul, found none"
-    dtypes = {d for _, operands, _ in probe.calls for d in operands}
-    assert dtypes == {torch.bfloat16}, f"expected bf16 matmul operands, found {probe.calls}"
+    assert dots.dtypes and set(dots.dtypes) == {("bf16", "bf16")}, \
+        f"expected bf16 matmul operands (the fused kernel), found tl.dot operands {set(dots.dtypes) or 'none'}"
     # x_flat feeds `pre * x_flat` in the caller: it must carry x's values exactly.
     assert torch.equal(x_flat.double(), x.flatten(1).double())
     _assert_within_bound(x, hc_fn, mixes)
 
 
+def upstream_outputs(root, sm120, monkeypatch, switch=None):
+    if switch is None:
+        monkeypatch.delenv("SGLANG_SM120_MHC_PRE_TRITON", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_SM120_MHC_PRE_TRITON", switch)   # read when the module flag is evaluated
+    x, hc_fn = _case()
+    return C.hc_pre_torch_impl(root, sm120=sm120)(x, hc_fn)
+
+
 def check_fused_mhc_pre(root):
     """The CUDA route: the fused kernel the patched function calls for bf16 x on a GPU."""
-    assert (root / C.MHC_PRE_TRITON).is_file(), "expected the fused MHC-pre kernel in the tree"
+    assert C.mhc_pre_file(root).is_file(), "expected the fused MHC-pre kernel in the tree"
     for tokens in (1, 5, 64):
         x, hc_fn = _case(tokens)
         with C.InterpretedDots() as dots:
@@ -77,6 +88,18 @@ def test_pristine_mhc_pre_matmul_is_fp32(pristine_root):
 
 def test_patched_mhc_pre_matmul_is_bf16_within_bound(patched_root):
     check_bf16_mhc_pre(patched_root)
+
+
+@pytest.mark.parametrize("sm120, switch", [(False, None), (False, "1"), (True, "0")],
+                         ids=["not-sm120", "not-sm120-switch-on", "sm120-switch-off"])
+def test_off_sm120_or_switched_off_is_upstream_bit_for_bit(pristine_root, patched_root, monkeypatch, sm120, switch):
+    """Other devices (NPU/XPU, other CUDA GPUs, CPU) and SGLANG_SM120_MHC_PRE_TRITON=0 reach the release's
+    fp32 code exactly: same dtypes, same bits as the pristine function."""
+    pristine = upstream_outputs(pristine_root, sm120, monkeypatch, switch)
+    patched = upstream_outputs(patched_root, sm120, monkeypatch, switch)
+    for name, want, got in zip(("x_flat", "mixes"), pristine, patched):
+        assert got.dtype == want.dtype == torch.float32, f"{name}: expected {want.dtype}, found {got.dtype}"
+        assert torch.equal(got, want), f"{name} differs from the release's fp32 code"
 
 
 def test_pristine_has_no_fused_mhc_pre(pristine_root):
@@ -95,7 +118,7 @@ def test_patched_fused_routes_split_k_within_bound(patched_root, route):
     must add every split. The one-launch route runs twice: its arrival counters must be back at 0."""
     from harness.upstream import load_module
 
-    overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_routes")
+    overlay = load_module(C.mhc_pre_file(patched_root), "mhc_overlay_routes")
     for tokens in (3, 70):                     # one token tile / two tiles of 64
         x, hc_fn = _case(tokens)
         with C.InterpretedDots():           # the interpreter's own bf16 dot is wrong (see the helper)
@@ -113,7 +136,7 @@ def test_host_launch_helpers_match_triton(patched_root):
     import triton
     from harness.upstream import load_module
 
-    overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_helpers")
+    overlay = load_module(C.mhc_pre_file(patched_root), "mhc_overlay_helpers")
     for n in list(range(1, 300)) + [4095, 4096, 4097, 65536]:
         assert overlay._pow2_at_least(n) == triton.next_power_of_2(n), n
         for d in (1, 7, 16, 128):

@@ -21,7 +21,7 @@ def _bound_ratio(x, hc_fn, mixes):
 @pytest.mark.parametrize("tokens", [1, 7, 64, 128])
 def test_fused_mhc_pre_eager_compiled_and_graph(patched_root, tokens, monkeypatch):
     monkeypatch.delenv("SGLANG_SM120_MHC_PRE_TRITON", raising=False)
-    impl = C.hc_pre_torch_impl(patched_root)
+    impl = C.hc_pre_torch_impl(patched_root, sm120=True)   # the sm_120 route, on whatever GPU runs the test
     gen = torch.Generator(device="cuda").manual_seed(6)
     x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda") * 4
     x = x.to(torch.bfloat16)

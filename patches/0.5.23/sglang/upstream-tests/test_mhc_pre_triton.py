@@ -9,7 +9,7 @@ import unittest
 
 import torch
 
-from sglang.srt.layers.mhc_pre_triton import mhc_pre_mixes_triton
+from sglang.kernels.ops.layernorm.mhc_pre_triton import mhc_pre_mixes_triton
 from sglang.test.ci.ci_register import register_cuda_ci
 
 register_cuda_ci(est_time=30, stage="base-b", runner_config="1-gpu-small")
