@@ -537,7 +537,7 @@ def _combine_splits_kernel(
 # in flight without holding registers; both MMAs (mma.sync m16n8k16, as on sm_120) read K straight
 # from that ring in their operand layouts; the UE8M0 scales multiply the [16, T] partial scores and
 # P (powers of two: exact), not K. Registers 168 (sm_120), shared memory 42-63 KB, no spills
-# (tests/test_mma_aot.py): two programs per SM on sm_120.
+# (compiled ahead of time for sm_120): two programs per SM on sm_120.
 @gluon.jit
 def _g_bf16_scale(e, BITS: gl.constexpr):
     """bf16 2^(e-127+60) (BITS: with V = fp8 * 2^-120, exact for e < 195), else 2^(e-127)."""
@@ -1136,8 +1136,8 @@ def _gluon_sparse_decode_kernel(
 # One entry per config, everything about it in one place: `launch`, the kernel's compile-time shape, and the
 # split rule pick_num_splits applies to it: `per_sm` programs resident per SM (sm_120; by shared memory and
 # registers) and `min_split`, the smallest slice of a row's token list worth a split of its own. Every entry
-# is compiled for sm_120 and sm_90 by tests/test_mma_aot.py (shared memory <= 101376 bytes on sm_120, no
-# register spills).
+# compiles ahead of time for sm_120 and sm_90 (shared memory <= 101376 bytes on sm_120, no register
+# spills).
 # Triton kernel: launch = (BLOCK_H, BLOCK_T, num_warps, num_stages).
 MMA_CONFIGS = {
     # 33 KB shared, ~232 registers: two CTAs per SM on sm_120 and sm_90
@@ -1190,9 +1190,9 @@ class ShapeRule:
 
 
 # The shape thresholds by the SM count of the card they were measured on. 132 (H200): the split grid
-# (bench/results/2026-11-29-probe-splits.txt) for the Triton configs; Gluon for <= 16 heads (TP >= 4)
+# of every split count for the Triton configs; Gluon for <= 16 heads (TP >= 4)
 # from 16 rows, where it measured 3-17% faster with one program per SM, which is what its 92 KB of
-# shared memory gets on sm_120 too (bench/results/2026-12-01-p1-gluon-run2-bench_mma_decode.txt). A card
+# shared memory gets on sm_120 too. A card
 # with another SM count takes the nearest measured row until its own is measured (the decode bench's
 # --sweep on that card) and added here. The split rule (pick_num_splits) already scales with SMs.
 SHAPE_RULES = {132: ShapeRule(512, 1024, 16, 16)}
@@ -1206,7 +1206,7 @@ def shape_rule(sms: Optional[int] = None) -> ShapeRule:
 
 
 # Triton releases (major.minor) whose Gluon API builds the Gluon kernel for sm_120 and sm_90 ahead of
-# time (tests/test_mma_aot.py): the release lines' (3.6, 3.8). Gluon is experimental and its API moves between
+# time: the release lines' (3.6, 3.8). Gluon is experimental and its API moves between
 # releases (3.8 renamed thread_barrier: _cta_barrier), so on any other release every shape takes the Triton
 # kernel: decided here by version, never by catching a failed compile inside a running server (or a CUDA-graph
 # capture).
@@ -1218,11 +1218,11 @@ def gluon_builds(triton_version: str = triton.__version__) -> bool:
     return _release(triton_version) in GLUON_TRITON_RELEASES
 
 
-# Triton releases (major.minor) the AOT gate (tests/test_mma_aot.py) has passed, the release lines' (3.6, 3.8),
+# Triton releases (major.minor) whose ahead-of-time sm_120 / sm_90 builds were checked, the release lines' (3.6, 3.8),
 # each with the configs it replaces there because they spill there. The shape table was measured under 3.6. Under
 # 3.8 h16_t64_w8 keeps an 8-byte spill on sm_90 (sm_120 is clean), so 16 x 32 serves its shapes. On any other
 # release every shape takes UNTUNED_RELEASE_CONFIG, the config with the most register headroom (the only one that
-# built clean under 3.8 before the alignment hint in _load_tile; docs/mma_decode_notes.md "Triton 3.8").
+# built clean under 3.8 before the alignment hint in _load_tile).
 # Decided by version, like Gluon: never by a failed compile or a spill found at run time.
 TUNED_TRITON_RELEASES = {"3.6": {}, "3.8": {"h16_t64_w8": "h16_t32_w8"}}
 UNTUNED_RELEASE_CONFIG = "h16_t16_w8"
@@ -1261,8 +1261,8 @@ def pick_triton_config(
     triton_version: str = triton.__version__,
     sms: Optional[int] = None,
 ) -> str:
-    """Static choice by shape, from the H200 split grid (bench/results/2026-11-29-probe-splits.txt,
-    docs/mma_decode_notes.md): small 4-warp 16 x 16 tiles split finely while rows x heads are few
+    """Static choice by shape, from a grid of every config and split count timed on an H200:
+    small 4-warp 16 x 16 tiles split finely while rows x heads are few
     (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
     twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads; with the
     release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them."""
@@ -1297,7 +1297,7 @@ def pick_num_splits(
 
 def combine_launch(batch: int, num_heads: int, num_splits: int):
     """(grid, BLOCK_H, BLOCK_D, SPLITS_AT_ONCE, warps) of the split combine, from the H200
-    (bench/results/2026-11-29-run4-combine_shapes.txt): with few rows, programs of one head x 128
+    (each combine shape timed): with few rows, programs of one head x 128
     columns that load every split at once (latency: 9.5 against 23.6 us for the whole call at
     batch 1, 64 heads, 20 splits); with many rows, 16 heads x 512 columns stepping one split at a
     time (31.0 us at batch 16 against 38.7 for 16 x 128 programs loading 4 splits at once, whose
