@@ -92,11 +92,12 @@ bench:
 carry:
 	$(PYTHON) apply.py fetch $(LINE_ARG) --into .carry/artifacts
 
-# Rebase and upstream PRs (docs/rebase.md). Only pin.lock names upstreams; FLASHINFER is --to flashinfer=VERSION.
+# Rebase and upstream PRs (docs/rebase.md). Only pin.lock names upstreams; FLASHINFER is --to flashinfer=VERSION
+# (alone: FlashInfer moves, SGLang stays); FORCE=1 takes a version the other pin does not accept (--force).
 rebase:
-	@test -n "$(TO)" || { echo "usage: make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1] [LINE=NAME] [NEW_LINE=1]"; exit 2; }
-	$(PYTHON) apply.py rebase $(LINE_ARG) --to $(TO) $(if $(FLASHINFER),--to flashinfer=$(FLASHINFER),) $(if $(DRY_RUN),--dry-run,) \
-		$(if $(NEW_LINE),--new-line,)
+	@test -n "$(TO)$(FLASHINFER)" || { echo "usage: make rebase TO=VERSION|FLASHINFER=VERSION [DRY_RUN=1] [LINE=NAME] [NEW_LINE=1] [FORCE=1]"; exit 2; }
+	$(PYTHON) apply.py rebase $(LINE_ARG) $(if $(TO),--to $(TO),) $(if $(FLASHINFER),--to flashinfer=$(FLASHINFER),) \
+		$(if $(DRY_RUN),--dry-run,) $(if $(NEW_LINE),--new-line,) $(if $(FORCE),--force,)
 
 rebase-continue:
 	$(PYTHON) apply.py rebase $(LINE_ARG) --continue

@@ -50,8 +50,10 @@ def test_0_5_23_flashinfer_must_satisfy_the_release(tmp_path):
     repo = repo_copy(tmp_path / "repo")
     proc = cli(repo, "rebase", "--to", "0.5.23", "--to", "flashinfer=0.6.12", "--dry-run")
     lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    # a usage refusal (exit 2) that says how to go on anyway, like --to flashinfer=X alone (test_rebase_other_upstream)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "flashinfer-python==0.7.2" in lines[0] and "found 0.6.12" in lines[0], lines[0]
+    assert "sglang 0.5.23 accepts" in lines[0] and "--force" in lines[0], lines[0]
 
 
 def test_0_5_19_p4_condition_reads_the_setting_where_it_moved():

@@ -6,12 +6,18 @@ requirement; each [runtime] package follows the leading release's requirement, o
 another [runtime] package's new version (e.g. a compiler pinned by the framework); `--to KEY=VALUE`
 overrides a [runtime] value (an offline wheelhouse). Requirements are read from the wheels' own metadata
 (requires.py). pin.lock will hold several release lines: this module only ever sees one.
+
+Every upstream's release (moved or kept) is checked against what every other one requires of it: moving
+FlashInfer alone past the FlashInfer the line's SGLang pins is refused like naming one the new SGLang does
+not accept. `force` proceeds anyway; each such pin's Moved then says which requirement it breaks (`forced`),
+and the rebase prints it and notes it in pin.lock.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from .. import PatchkitError
+from .. import PatchkitError, UsageError
 from .requires import pinned_version, requirement, requires_dist, satisfies
 
 RUNTIME_FIXED = ("python",)     # [runtime] keys that are not package versions
@@ -29,16 +35,19 @@ class Moved:
     old: str
     new: str
     why: str
+    forced: str = ""     # the requirement this pin breaks, when --force took it anyway
 
     def line(self) -> str:
-        return f"{self.what} {self.old} -> {self.new} ({self.why})"
+        return f"{self.what} {self.old} -> {self.new} ({self.why})" + (
+            f"; forced: {self.forced}" if self.forced else "")
 
 
 def pins_of(lock) -> Pins:
     return Pins({n: u.version for n, u in lock.upstreams.items()}, dict(lock.runtime))
 
 
-def follow(lock, targets: dict[str, str], runtime_overrides: dict[str, str], reqs=requires_dist) -> tuple[Pins, list[Moved]]:
+def follow(lock, targets: dict[str, str], runtime_overrides: dict[str, str], reqs=requires_dist,
+           force: bool = False) -> tuple[Pins, list[Moved]]:
     """The pins after the move `targets` asks for, and every pin that moved with its reason."""
     before = pins_of(lock)
     after = Pins(dict(before.upstreams), dict(before.runtime))
@@ -56,9 +65,6 @@ def follow(lock, targets: dict[str, str], runtime_overrides: dict[str, str], req
             continue
         spec = requirement(lead_reqs, up.package)
         if name in targets:
-            if spec and not satisfies(targets[name], spec):
-                raise PatchkitError(f"rebase --to {name}={targets[name]}: expected a version {who} accepts "
-                                    f"({up.package}{spec}), found {targets[name]}")
             after.upstreams[name] = targets[name]
             why = "--to"
         elif spec and not satisfies(up.version, spec):
@@ -74,8 +80,36 @@ def follow(lock, targets: dict[str, str], runtime_overrides: dict[str, str], req
             moved.append(Moved(name, up.version, after.upstreams[name], why))
     if lead_version != lead.version:
         moved.insert(0, Moved(lead.name, lead.version, lead_version, "--to"))
+    for name, up in lock.upstreams.items():
+        broken = _broken_requirement(lock, after, name, targets, reqs)
+        if not broken:
+            continue
+        if not force:
+            raise UsageError(f"rebase --to {name}={after.upstreams[name]}: expected a version {broken[0]} accepts "
+                             f"({broken[1]}), found {after.upstreams[name]}; add --force to rebase onto it anyway "
+                             "(the mismatch is printed and noted in pin.lock)")
+        note = f"{broken[0].split(' (')[0]} requires {broken[1]}"
+        i = next((i for i, m in enumerate(moved) if m.what == name), None)
+        if i is None:          # a pin that does not move but no longer fits (named as it is, or forced before)
+            moved.append(Moved(name, up.version, up.version, "kept", note))
+        else:
+            moved[i] = dataclasses.replace(moved[i], forced=note)
     _follow_runtime(lock, after, moved, lead_reqs, who, runtime_overrides, reqs)
     return after, moved
+
+
+def _broken_requirement(lock, after: Pins, name: str, targets: dict[str, str], reqs) -> tuple[str, str] | None:
+    """(release, requirement) of the first other upstream, at its version after the move, that does not accept
+    upstream `name` at its new version; None when all do (or none says)."""
+    up = lock.upstream(name)
+    for other, o in lock.upstreams.items():
+        if other == name:
+            continue
+        spec = requirement(reqs(o.package, after.upstreams[other], o.artifact), up.package)
+        if spec and not satisfies(after.upstreams[name], spec):
+            kept = "" if other in targets else " (the line's pin)"
+            return f"{o.package} {after.upstreams[other]}{kept}", f"{up.package}{spec}"
+    return None
 
 
 def _follow_runtime(lock, after: Pins, moved: list[Moved], lead_reqs: list[str], who: str,

@@ -48,6 +48,9 @@ def add_parser(sub) -> None:
     p.add_argument("--to", action="append", default=[], metavar="[NAME=]VERSION",
                    help="target version of upstream NAME; a bare VERSION means the first upstream in pin.lock (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the report, write nothing")
+    p.add_argument("--force", action="store_true",
+                   help="rebase onto a version another pinned upstream does not accept (e.g. a FlashInfer the "
+                        "line's SGLang does not pin): the mismatch is printed and noted in pin.lock")
     p.add_argument("--new-line", action="store_true",
                    help="start a new release line named after the first --to version: copy the --line's patches/, "
                         "overlay/ and pin.lock tables under that name, then rebase the copy (the old line is untouched)")
@@ -68,7 +71,7 @@ def add_parser(sub) -> None:
 
 def run(engine: Engine, args) -> int:
     if args.matrix:
-        if args.abort or args.cont or args.to or args.dry_run or args.keep:
+        if args.abort or args.cont or args.to or args.dry_run or args.keep or args.force:
             raise UsageError("rebase --matrix: expected only --from, --releases, --json and --out with it")
         from .matrix import run_matrix
         with repo_lock(engine.build_root, engine.repo, "rebase"):
@@ -81,14 +84,17 @@ def run(engine: Engine, args) -> int:
     runtime = None if targets is None else _runtime_overrides(engine.lock, args.to)
     if args.new_line and targets is None:
         raise UsageError("rebase --new-line: expected --to VERSION (no --continue or --abort)")
+    if args.force and targets is None:
+        raise UsageError("rebase --force: expected --to VERSION (it allows a version another pin does not accept)")
     with repo_lock(engine.build_root, engine.repo, "rebase"):
         if args.new_line and not args.dry_run:
+            follow(engine.lock, targets, runtime, force=args.force)   # refuse before the line is copied
             engine = new_line(engine, next(iter(targets.values())))   # named after the leading upstream's release
         if args.abort:
             return abort(engine)
         if args.cont:
             return resume(engine, args.json)
-        return start(engine, targets, args.dry_run, args.json, _keeps(args.keep), runtime)
+        return start(engine, targets, args.dry_run, args.json, _keeps(args.keep), runtime, args.force)
 
 
 def _targets(lock, specs: list[str]) -> dict[str, str]:
@@ -216,12 +222,15 @@ def plan(engine: Engine, targets: dict[str, str]) -> list[Move]:
 
 # -- the replay -----------------------------------------------------------------------------------
 def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str | None,
-          keep: dict[str, str] | None = None, runtime: dict[str, str] | None = None) -> int:
+          keep: dict[str, str] | None = None, runtime: dict[str, str] | None = None, force: bool = False) -> int:
     work = work_dir(engine)
     if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
         raise PatchkitError(f"a rebase is already in progress ({work}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
-    pins, moved = follow(engine.lock, targets, runtime or {})
+    pins, moved = follow(engine.lock, targets, runtime or {}, force=force)
+    for m in moved:
+        if m.forced:
+            _progress(f"warning: {m.what} {m.new}: {m.forced} (--force: going on)")
     targets = {n: v for n, v in pins.upstreams.items() if n in targets or v != engine.lock.upstream(n).version}
     moves = plan(engine, targets)
     new_runtime = {k: v for k, v in pins.runtime.items() if v != engine.lock.runtime.get(k)}
@@ -249,7 +258,7 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
         names = [p.name for n in engine.lock.upstreams for p in load_series(
             n, src / "patches" / line, src / "overlay" / line, engine.lock.upstream(n).root).patches]
         state = RebaseState(dry_run, [], keep=_keep_for(keep or {}, names), runtime=new_runtime,
-                            moved=[m.line() for m in moved])
+                            moved=[m.line() for m in moved], forced={m.what: m.forced for m in moved if m.forced})
         for moved_pin in state.moved:
             _progress(f"pin: {moved_pin}")
         for move in moves:
@@ -397,7 +406,8 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
     repo, line = engine.repo, engine.lock.line
     exported = {e.name: export_series(base / "repos" / e.name, base / "export" / e.name) for e in state.upstreams}
     lock_text = update_lock_text((base / "backup" / "pin.lock").read_text(),
-                                 {e.name: e.pin.to_json() for e in state.upstreams}, state.runtime, line=line)
+                                 {e.name: e.pin.to_json() for e in state.upstreams}, state.runtime, line=line,
+                                 notes={e.name: state.forced[e.name] for e in state.upstreams if e.name in state.forced})
     problem = backup_problem(base / "backup")
     if problem:
         raise PatchkitError(f"rebase: refusing to rewrite pin.lock, patches/ and overlay/ without a complete backup "
@@ -435,6 +445,8 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
         print(f"rebase: {e.label}: wrote {len(exported[e.name])} patch(es), pin.lock updated")
     for moved_pin in state.moved:
         print(f"rebase: pin {moved_pin}")
+    for name, note in state.forced.items():
+        print(f"rebase: warning: {name}: {note} (--force; noted in pin.lock)")
     print(f"rebase: done. To undo it: python apply.py rebase --abort (restores pin.lock, patches/ and overlay/ "
           f"from {done_dir(engine) / 'backup'})")
 
@@ -453,6 +465,9 @@ def format_report(state: RebaseState) -> str:
     out = [table(rows, ["upstream", "patch", "result", "reached"])]
     if state.moved:
         out += ["", "pins that move:"] + [f"    {line}" for line in state.moved]
+    if state.forced:
+        out += ["", "warning: --force took pins another pinned release does not accept:"] + [
+            f"    {name}: {note}" for name, note in state.forced.items()]
     if notes:
         out += ["", "details:"] + notes
     upstreamed = [r.patch for _, r in outcomes if r.result == UPSTREAM]
@@ -478,4 +493,5 @@ def format_report(state: RebaseState) -> str:
 def _write_json(path: str | None, state: RebaseState, status: str) -> None:
     if path:
         Path(path).write_text(json.dumps({"status": status, "upstreams": state.to_json()["upstreams"],
-                                          "pins_moved": state.moved, "runtime": state.runtime}, indent=1))
+                                          "pins_moved": state.moved, "runtime": state.runtime,
+                                          "forced": state.forced}, indent=1))

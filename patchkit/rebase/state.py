@@ -175,6 +175,7 @@ class RebaseState:
     keep: dict[str, str] = field(default_factory=dict)    # patch name -> why it is kept although superseded
     runtime: dict[str, str] = field(default_factory=dict)  # [runtime] key -> new value (those that move)
     moved: list[str] = field(default_factory=list)         # every pin that moves, and why (for the report)
+    forced: dict[str, str] = field(default_factory=dict)   # upstream -> the requirement --force let it break
 
     def entry(self, name: str) -> UpstreamRebase:
         return next(e for e in self.upstreams if e.name == name)
@@ -182,7 +183,7 @@ class RebaseState:
     def to_json(self) -> dict:
         return {"dry_run": self.dry_run, "upstreams": [e.to_json() for e in self.upstreams],
                 "stopped": self.stopped.to_json() if self.stopped else None, "keep": self.keep,
-                "runtime": self.runtime, "moved": self.moved}
+                "runtime": self.runtime, "moved": self.moved, "forced": self.forced}
 
     def save(self, base: Path) -> None:
         # atomic: a kill mid-write leaves the previous state whole, so --continue still works
@@ -212,5 +213,8 @@ class RebaseState:
         runtime, moved = data.get("runtime"), data.get("moved")
         check.need(isinstance(runtime, dict) and _strings(list(runtime.values())), "'runtime' as {key: value}")
         check.need(_strings(moved), "'moved' as a list of lines")
+        forced = data.get("forced", {})      # absent in a state saved before --force existed
+        check.need(isinstance(forced, dict) and set(forced) <= set(names) and _strings(list(forced.values())),
+                   "'forced' as {upstream: requirement}")
         return cls(False, entries, None if stop is None else Stop.from_json(stop, check, entries), dict(keep),
-                   dict(runtime), list(moved))
+                   dict(runtime), list(moved), dict(forced))
