@@ -61,6 +61,7 @@ _g_bf16_scale = _m._g_bf16_scale
 _g_pow2 = _m._g_pow2
 _g_finish_rows = _m._g_finish_rows
 _cta_barrier = _m._cta_barrier  # gl.thread_barrier in triton 3.6, gl.barrier in 3.8
+_async_load = _m._async_load  # async_copy_global_to_shared in triton 3.6, async_load from 3.8 (3.9: only it)
 
 # (BLOCK_T, STAGES, MMA_GROUPS, LOAD_WARPS, LOAD_REGS, MMA_REGS): experiment configs, not shipped.
 WS_CONFIGS = {
@@ -145,9 +146,9 @@ def _ws_loader(kbf_s, rope_s, sc_s, full, empty,
             dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
             vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
             pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
-            async_copy.async_copy_global_to_shared(rope_s.index(s), pr, mask=vr[:, None] & (cr < 64)[None, :])
+            _async_load(rope_s.index(s), pr, mask=vr[:, None] & (cr < 64)[None, :])
             ds = gl.convert_layout(scale, gl.SliceLayout(1, LR), assert_trivial=True)
-            async_copy.async_copy_global_to_shared(sc_s.index(s), ds.to(gl.pointer_type(gl.int64)), mask=vr)
+            _async_load(sc_s.index(s), ds.to(gl.pointer_type(gl.int64)), mask=vr)
             async_copy.commit_group()
             # Tile j + 1's addresses; its fp8 bytes are loaded group by group below, each LDG issued right after
             # the same group of tile j was converted and stored, so the next tile's loads fly during this store.

@@ -44,6 +44,11 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 # Gluon's CTA-wide barrier: gl.thread_barrier up to triton 3.6, gl.barrier from 3.8 on.
 _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+# Gluon's cp.async into shared memory: async_copy_global_to_shared up to triton 3.6,
+# async_load from 3.8 on (3.9 removed the old name).
+_async_load = getattr(async_copy, "async_load", None) or (
+    async_copy.async_copy_global_to_shared
+)
 
 # Sizes of the KV layout above and of a head. tl.constexpr so the kernels can read them (Triton
 # kernels see only constexpr globals); host code reads `.value`.
@@ -701,24 +706,18 @@ def _g_issue_tile(
     c = gl.arange(0, 64, layout=LC3)
     p3 = data[None, :, None] + (g * 64)[:, None, None] + c[None, None, :]
     m3 = valid[None, :, None] & (g < 7)[:, None, None] & (c < 64)[None, None, :]
-    async_copy.async_copy_global_to_shared(
-        nope_s.reshape([8, BLOCK_T, 64]), p3, mask=m3
-    )
+    _async_load(nope_s.reshape([8, BLOCK_T, 64]), p3, mask=m3)
 
     LR: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [NUM_WARPS, 1], [1, 0])
     dr = gl.convert_layout(data, gl.SliceLayout(1, LR), assert_trivial=True)
     vr = gl.convert_layout(valid, gl.SliceLayout(1, LR), assert_trivial=True)
     cr = gl.arange(0, 64, layout=gl.SliceLayout(0, LR))
     pr = (dr + _NOPE_DIM).to(gl.pointer_type(gl.bfloat16))[:, None] + cr[None, :]
-    async_copy.async_copy_global_to_shared(
-        rope_s, pr, mask=vr[:, None] & (cr < 64)[None, :]
-    )
+    _async_load(rope_s, pr, mask=vr[:, None] & (cr < 64)[None, :])
 
     # The 7 UE8M0 bytes (+1 pad) of a token as one 8-byte word (the 4 lanes of a token copy it alike).
     ds = gl.convert_layout(scale, gl.SliceLayout(1, LR), assert_trivial=True)
-    async_copy.async_copy_global_to_shared(
-        sc_s, ds.to(gl.pointer_type(gl.int64)), mask=vr
-    )
+    _async_load(sc_s, ds.to(gl.pointer_type(gl.int64)), mask=vr)
 
 
 @gluon.jit
