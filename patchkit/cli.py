@@ -6,6 +6,7 @@ The caller (apply.py) names the repository and may add subcommands of its own (`
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import sys
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from . import PatchkitError, UsageError, attestation, patchset
 from .check import check_repository
-from .engine import Engine
+from .engine import EditedFileError, Engine
 from .lines import COPIES, copies_problems
 from .patchfile import parse_patch
 from .bookkeeping import RepoFiles
@@ -21,7 +22,8 @@ from .pr import export as export_pr
 from .rebase import run as rebase
 from .report import format_state, printable_streams, table
 from .state import APPLIED, PRISTINE
-from .worktree import build_worktree, export_series, write_series
+from .paths import under
+from .worktree import build_worktree, export_series, overlay_claims, write_overlay, write_series
 
 
 def _target(engine: Engine, args, prepare: bool) -> Path:
@@ -46,13 +48,27 @@ def _print_change(state) -> None:
 
 
 def cmd_apply(engine, args) -> int:
-    _print_change(engine.apply(_target(engine, args, prepare=True), dry_run=args.dry_run))
+    _print_change(engine.apply(_target(engine, args, prepare=True), dry_run=args.dry_run,
+                               discard_edits=args.discard_edits))
     return 0
 
 
 def cmd_revert(engine, args) -> int:
-    _print_change(engine.revert(_target(engine, args, prepare=False), dry_run=args.dry_run))
+    _print_change(engine.revert(_target(engine, args, prepare=False), dry_run=args.dry_run,
+                                discard_edits=args.discard_edits))
     return 0
+
+
+def _discard_hint(prog: str, args) -> str:
+    """How to get past a file edited by hand. build/site-LINE is the tool's own copy of the release: rewrite it.
+    A --target is the user's: the edit is kept unless they ask, once they have kept a copy."""
+    line = getattr(args, "line", None) or args.global_line
+    command = " ".join([f"python {prog}" if prog.endswith(".py") else prog, args.command,
+                        *(["--line", shlex.quote(line)] if line else []),
+                        *(["--target", shlex.quote(args.target)] if args.target else []), "--discard-edits"])
+    if args.target:
+        return f"your edit is kept; keep a copy of it and run {command} to rewrite it from the pinned release"
+    return f"to rewrite it from the pinned release, discarding the edit: {command}"
 
 
 def cmd_status(engine, args) -> int:
@@ -117,14 +133,26 @@ def cmd_export(engine, args) -> int:
     src = _worktree_dir(engine, args)
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
+    root = engine.lock.upstream(args.upstream).root
     with tempfile.TemporaryDirectory(prefix="patchkit-export-") as tmp, \
             RepoFiles(engine.build_root, engine.repo).lock("export"):
-        exported = export_series(src, Path(tmp))
-        for f in exported:    # refused before anything is written: a symlink, a mode change, an unreadable name
+        # refused before anything is written: an overlay file claimed badly or changed outside its commit, a
+        # symlink, a mode change, an unreadable name
+        overlay = overlay_claims(src)
+        for rel in overlay:
+            under(rel, root, f"{src}: Overlay")
+        exported = export_series(src, Path(tmp), leave_out=list(overlay))
+        for f in exported:
             parse_patch(f)
+        try:
+            dropped = [rel for rel in engine.series(args.upstream).overlay_owner if rel not in overlay]
+        except PatchkitError:      # the series being replaced does not load: nothing of it to drop
+            dropped = []
         write_series(exported, engine.patches_root / args.upstream)
+        write_overlay(overlay, dropped, engine.overlay_root)
         engine.series(args.upstream)   # validates headers and overlay claims of the new series
-    print(f"wrote {len(exported)} patch(es) to {engine.patches_root / args.upstream}")
+    print(f"wrote {len(exported)} patch(es) to {engine.patches_root / args.upstream} and {len(overlay)} overlay "
+          f"file(s) to {engine.overlay_root}")
     return 0
 
 
@@ -144,6 +172,9 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
             p.add_argument("--target", metavar="DIR", help="directory holding the upstream packages (an unpacked wheel or site-packages); default: build/site-LINE")
         if dry:
             p.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
+            p.add_argument("--discard-edits", action="store_true",
+                           help="rewrite a file edited by hand (bytes of no state of the series) from the pinned "
+                                "release instead of refusing it; the edit is lost")
         p.set_defaults(func=func)
         return p
 
@@ -195,6 +226,9 @@ def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = Non
         if args.version:
             return print_version(engine)
         return args.func(engine, args)
+    except EditedFileError as exc:
+        print(f"error: {exc}; {_discard_hint(parser.prog, args)}", file=sys.stderr)
+        return 1
     except UsageError as exc:
         print(f"error: {exc} (usage: {' '.join(filter(None, (parser.prog, args.command)))} --help)", file=sys.stderr)
         return 2

@@ -29,6 +29,11 @@ def _quiet(*_args, **_kw):
     pass
 
 
+class EditedFileError(PatchkitError):
+    """A file the set touches holds bytes of no state of the series (edited by hand): refused, nothing written.
+    The command line adds how to recover (`--discard-edits`), which the engine cannot word for its caller."""
+
+
 def _staging_dirs(directory: Path) -> list[str]:
     """Unpack staging directories an interrupted unpack left (real directories only: a link is not ours)."""
     return sorted(p.name for p in Path(directory).glob(STAGE_PREFIX + "*") if fsio.kind_of(p) == "a directory")
@@ -162,7 +167,7 @@ class Engine:
         applied = [files[p].applied_through >= index for p in paths]
         return APPLIED if all(applied) else PRISTINE if not any(applied) else PARTIAL
 
-    def _refuse_if_unusable(self, state: TargetState, target: Path) -> None:
+    def _refuse_if_unusable(self, state: TargetState, target: Path, discard_edits: bool = False) -> None:
         present = [u for u in state.upstreams if u.present]
         if not present:
             roots = " or ".join(f"{u.root}/" for u in self.lock.upstreams.values())
@@ -172,16 +177,19 @@ class Engine:
             if not u.version_ok:
                 raise PatchkitError(f"target {target}: expected {up.label}, found {u.found_version}"
                                     f"{self._other_line_hint(u.name, u.found_version)}; nothing written")
-            if u.modified:
-                f = u.modified[0]
-                fc = self.chain(u.name).files.get(f.path)
-                pristine = self.pristine(u.name)
-                expected = fc.states[0][1] if fc else (
-                    sha256_bytes(pristine.read(f.path)) if pristine.has(f.path) else None)
-                raise PatchkitError(
-                    f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.label}) "
-                    f"or a patched state, found {(f.digest or 'absent')[:16]}; nothing written"
-                )
+        edited = [(u, f) for u in present for f in u.modified]
+        if edited and not discard_edits:
+            u, f = edited[0]
+            up = self.lock.upstream(u.name)
+            fc = self.chain(u.name).files.get(f.path)
+            pristine = self.pristine(u.name)
+            expected = fc.states[0][1] if fc else (
+                sha256_bytes(pristine.read(f.path)) if pristine.has(f.path) else None)
+            more = f" (and {len(edited) - 1} more edited file(s))" if len(edited) > 1 else ""
+            raise EditedFileError(
+                f"{target / f.path}: expected sha256 {(expected or 'absent')[:16]} ({up.label}) "
+                f"or a patched state, found {(f.digest or 'absent')[:16]}{more}; nothing written"
+            )
 
     def _other_line_hint(self, name: str, found: str | None) -> str:
         """' (the release of line X: pass --line X)' where another line of pin.lock pins the version found."""
@@ -206,31 +214,38 @@ class Engine:
 
     # -- operations -----------------------------------------------------------------------------
     def _changes(self, state: TargetState, target: Target, to_final: bool) -> list[Change]:
-        """What to write to bring every present upstream to its final (or pristine) bytes; refused if read-only."""
+        """What to write to bring every present upstream to its final (or pristine) bytes; refused if read-only.
+        A file edited by hand is among them only where the caller chose to discard edits (else refused before)."""
         changes = []
         for u in state.upstreams:
             if not u.present:
                 continue
-            for path, fc in self.chain(u.name).files.items():
+            chain = self.chain(u.name)
+            for path, fc in chain.files.items():
                 want, current = (fc.final if to_final else fc.pristine), target.read(path)
                 if current != want:
                     changes.append(Change(path, current, want))
             pristine = self.pristine(u.name)
-            for fs in u.leftover:
+            # ours from an older series (as written, or edited since): back to the release's bytes
+            for fs in u.leftover + [fs for fs in u.modified if fs.path not in chain.files]:
                 changes.append(Change(fs.path, target.read(fs.path), pristine.read(fs.path) if pristine.has(fs.path) else None))
         blocked = target.first_unwritable([c.path for c in changes]) if changes else None
         if blocked:
             raise PatchkitError(f"target {target.path} is read-only: cannot write {blocked}; nothing written")
         return changes
 
-    def _run(self, op: str, target: Target, to_final: bool, dry_run: bool, log) -> TargetState:
+    def _run(self, op: str, target: Target, to_final: bool, dry_run: bool, log, discard_edits: bool = False) -> TargetState:
         # One writer per target. A target we may not write needs no lock: _changes refuses any change to it.
         guard = target.files.lock(op) if not dry_run and target.writable() else nullcontext()
         with guard:
             before = self._inspect(target, log)
             self._refuse_other_line(target, op)
-            self._refuse_if_unusable(before, target.path)
+            self._refuse_if_unusable(before, target.path, discard_edits)
             changes = self._changes(before, target, to_final)
+            if not dry_run:
+                for u in before.upstreams:
+                    for fs in u.modified:
+                        log(f"{op}: discarding the edit of {fs.path} (sha256 {(fs.digest or 'absent')[:16]}), as asked")
             if not dry_run and (changes or target.writable()):
                 target.files.refuse_if_foreign(attestation.KEY)   # before the first write: a link there stops us
             if before.temp_files and not dry_run:
@@ -285,12 +300,13 @@ class Engine:
                 fsio.remove_stale([path])    # a file, or a link of any kind: removed, never followed
         log(f"removed {len(leftovers)} temp file(s) left by an interrupted run: {', '.join(leftovers)}")
 
-    def apply(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
-        """The state after the apply; its `before` is the state it started from when it wrote anything."""
-        return self._run("apply", Target(target), True, dry_run, log)
+    def apply(self, target: Path, dry_run: bool = False, log=print, discard_edits: bool = False) -> TargetState:
+        """The state after the apply; its `before` is the state it started from when it wrote anything.
+        `discard_edits`: a file edited by hand is rewritten instead of refused (the edit is lost)."""
+        return self._run("apply", Target(target), True, dry_run, log, discard_edits)
 
-    def revert(self, target: Path, dry_run: bool = False, log=print) -> TargetState:
-        return self._run("revert", Target(target), False, dry_run, log)
+    def revert(self, target: Path, dry_run: bool = False, log=print, discard_edits: bool = False) -> TargetState:
+        return self._run("revert", Target(target), False, dry_run, log, discard_edits)
 
     def status(self, target: Path, log=_quiet) -> TargetState:
         return self._inspect(Target(target), log)

@@ -2,6 +2,8 @@
 
 Developers edit patches there (`apply.py worktree`, commit, `apply.py export`); `check` uses the same
 round trip to prove that importing and re-exporting the series reproduces every patch byte for byte.
+Each overlay (new) file is part of the commit of the patch that claims it (its `Overlay:` trailer), so the
+worktree shows a change whole; `export` takes those files out of the patches and back to overlay/.
 """
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError
+from . import PatchkitError, fsio
 from .fsio import atomic_write
 from .gitcmd import git, init_repo
-from .patchfile import PatchFile
+from .patchfile import PatchFile, split_message
 from .pristine import Pristine
 from .series import Series
 
@@ -45,12 +47,14 @@ def build_worktree(dest: Path, series: Series, pristine: Pristine, root: str, la
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {label}")
     git(dest, "tag", PRISTINE_TAG)
-    commit_patches(dest, series.patches, label)
+    commit_patches(dest, series.patches, label, {rel: series.overlay_bytes(rel) for rel in series.overlay_owner})
     return dest
 
 
-def commit_patches(repo: Path, patches: list[PatchFile], label: str) -> list[str]:
-    """One commit per patch on HEAD (`git am`: each keeps its patch's author, date and message); their ids."""
+def commit_patches(repo: Path, patches: list[PatchFile], label: str,
+                   overlay: dict[str, bytes] | None = None) -> list[str]:
+    """One commit per patch on HEAD (`git am`: each keeps its patch's author, date and message), with the
+    `overlay` files (wheel path -> bytes) each patch claims added to its commit; their ids."""
     start = git(repo, "rev-parse", "HEAD").stdout.strip()
     for p in patches:
         proc = git(repo, "am", "-q", "--committer-date-is-author-date", str(p.path.resolve()), check=False)
@@ -58,14 +62,61 @@ def commit_patches(repo: Path, patches: list[PatchFile], label: str) -> list[str
             git(repo, "am", "--abort", check=False)
             raise PatchkitError(f"{p.path}: expected it to apply to pristine {label}, found git am failing: "
                                 f"{(proc.stderr or proc.stdout).strip().splitlines()[0]}")
+        mine = [rel for rel in p.overlay if overlay and rel in overlay]
+        for rel in mine:
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_bytes(overlay[rel])
+        if mine:
+            git(repo, "add", "--", *mine)
+            git(repo, "commit", "-q", "--amend", "--no-edit", "--no-verify")
     return git(repo, "rev-list", "--reverse", f"{start}..HEAD").stdout.split()
 
 
-def export_series(worktree: Path, out_dir: Path) -> list[Path]:
-    """format-patch every commit after the pristine tag into out_dir; returns the files in order."""
+def overlay_claims(worktree: Path) -> dict[str, bytes]:
+    """The overlay files the worktree's commits claim (`Overlay:` trailers), as each claiming commit holds them.
+
+    A claimed file that its commit lacks, a file claimed twice, or one that another commit changes (the series
+    keeps an overlay file whole, in one patch) is a one-line PatchkitError naming the commit to fix."""
+    wt = Path(worktree)
+    log = git(wt, "log", "--reverse", "-z", "--format=%H%n%s%n%B", f"{PRISTINE_TAG}..HEAD").stdout
+    commits = []
+    for entry in filter(None, log.split("\0")):
+        sha, subject, message = entry.lstrip("\n").split("\n", 2)
+        claims = [v for k, v in split_message(message)[1] if k.lower() == "overlay"]
+        touched = git(wt, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", sha).stdout.split("\0")
+        commits.append((sha, subject, claims, set(filter(None, touched))))
+    owner: dict[str, str] = {}
+    files: dict[str, bytes] = {}
+    for sha, subject, claims, _ in commits:
+        for rel in claims:
+            if rel in owner:
+                raise PatchkitError(f"{wt}: {rel}: expected one commit to claim it (Overlay:), found '{owner[rel]}' "
+                                    f"and '{subject}'")
+            proc = git(wt, "cat-file", "blob", f"{sha}:{rel}", check=False, text=False)
+            if proc.returncode != 0:
+                raise PatchkitError(f"{wt}: commit '{subject}' claims Overlay: {rel}, found no such file in it; "
+                                    "add the file to that commit or drop the trailer")
+            owner[rel], files[rel] = subject, proc.stdout
+    for sha, subject, claims, touched in commits:
+        for rel in sorted(touched & set(owner) - set(claims)):
+            raise PatchkitError(f"{wt}: {rel}: expected changes only in the commit that claims it ('{owner[rel]}'), "
+                                f"found '{subject}' changing it; fold that change into the claiming commit")
+    return files
+
+
+def export_series(worktree: Path, out_dir: Path, leave_out: list[str] = ()) -> list[Path]:
+    """format-patch every commit after the pristine tag into out_dir, without the paths in `leave_out` (the
+    overlay files, which live in overlay/); returns the files in order."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    proc = git(Path(worktree), *FORMAT_PATCH_ARGS, "-o", str(out_dir.resolve()), f"{PRISTINE_TAG}..HEAD")
-    return [Path(line) for line in proc.stdout.splitlines() if line.strip()]
+    pathspec = ["--", ".", *(f":(exclude,literal){rel}" for rel in leave_out)] if leave_out else []
+    proc = git(Path(worktree), *FORMAT_PATCH_ARGS, "-o", str(out_dir.resolve()), f"{PRISTINE_TAG}..HEAD", *pathspec)
+    exported = [Path(line) for line in proc.stdout.splitlines() if line.strip()]
+    if leave_out:
+        count = int(git(Path(worktree), "rev-list", "--count", f"{PRISTINE_TAG}..HEAD").stdout)
+        if count != len(exported):
+            raise PatchkitError(f"{worktree}: expected a patch per commit ({count}), found {len(exported)}: a commit "
+                                "that only adds overlay files has no diff to wire them in; fold it into a patch")
+    return exported
 
 
 def roundtrip_differences(series: Series, pristine: Pristine, root: str, label: str) -> list[str]:
@@ -73,7 +124,8 @@ def roundtrip_differences(series: Series, pristine: Pristine, root: str, label: 
     problems = []
     with tempfile.TemporaryDirectory(prefix="patchkit-roundtrip-") as tmp:
         wt = build_worktree(Path(tmp) / "wt", series, pristine, root, label, full_tree=False)
-        exported = export_series(wt, Path(tmp) / "out")
+        # the overlay files ride in their patches' commits, as in `worktree`; the patches come back without them
+        exported = export_series(wt, Path(tmp) / "out", leave_out=list(overlay_claims(wt)))
         names = [p.name for p in exported]
         for original in series.patches:
             if original.name not in names:
@@ -93,3 +145,17 @@ def write_series(exported: list[Path], directory: Path) -> None:
     for f in exported:
         atomic_write(directory / f.name, f.read_bytes())
     atomic_write(directory / "series", "".join(f.name + "\n" for f in exported).encode())
+
+
+def write_overlay(files: dict[str, bytes], dropped: list[str], overlay_root: Path) -> None:
+    """Write each overlay file (wheel path -> bytes) under overlay_root; remove the `dropped` ones (claimed by
+    the series being replaced, by no commit of the new one)."""
+    for rel, data in files.items():
+        path = Path(overlay_root) / rel
+        if fsio.kind_of(path) not in (None, "a regular file"):
+            raise PatchkitError(f"{path}: expected an overlay file (a regular file) or nothing, found {fsio.kind_of(path)}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fsio.read_regular(path, "an overlay file") != data:
+            atomic_write(path, data)
+    for rel in dropped:
+        (Path(overlay_root) / rel).unlink(missing_ok=True)

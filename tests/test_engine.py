@@ -175,6 +175,54 @@ def test_locally_modified_file_is_refused_before_any_write(target):
     assert snapshot(target) == before
 
 
+def _edit_a_patched_file(engine, target: Path) -> str:
+    """Append a line to a file the series patches (as a user editing it by hand); its wheel path."""
+    name = next(n for n in engine.lock.upstreams if engine.series(n).patches)
+    victim = engine.series(name).patches[-1].paths[0]
+    with open(target / victim, "a") as fh:
+        fh.write("# edited by hand\n")
+    return victim
+
+
+def test_a_hand_edit_of_the_checkouts_own_tree_names_the_command_that_recovers_it(repo_copy, pristine_root):
+    """build/site-LINE belongs to the tool: apply and revert refuse the edited file in one line naming it, what was
+    expected and found, and the command that rewrites it from the pinned wheel; that command works."""
+    site = repo_copy / "build" / f"site-{Engine.from_repo(REPO).lock.line}"
+    shutil.copytree(pristine_root, site)          # as `apply` unpacks it (the roots exist: no unpack again)
+    assert run_cli(repo_copy, "apply").returncode == 0
+    victim = _edit_a_patched_file(Engine.from_repo(repo_copy), site)
+    before = snapshot(site)
+    for op in ("apply", "revert"):
+        r = run_cli(repo_copy, op)
+        line = r.stderr.strip()
+        assert r.returncode == 1 and "\n" not in line and str(site / victim) in line, r.stderr
+        assert "expected sha256" in line and "found" in line and "nothing written" in line, line
+        assert line.endswith(f"to rewrite it from the pinned release, discarding the edit: python apply.py {op} "
+                             "--discard-edits"), line
+        assert snapshot(site) == before
+    dry = run_cli(repo_copy, "revert", "--discard-edits", "--dry-run")
+    assert dry.returncode == 0 and f"patch {victim}" in dry.stdout and snapshot(site) == before, dry.stdout + dry.stderr
+    r = run_cli(repo_copy, "revert", "--discard-edits")
+    assert r.returncode == 0 and f"discarding the edit of {victim}" in r.stdout, r.stdout + r.stderr
+    assert Engine.from_repo(repo_copy).verify_pristine_tree(site) == []
+    assert run_cli(repo_copy, "apply").returncode == 0
+
+
+def test_a_hand_edit_of_a_users_target_is_kept_unless_discarded_explicitly(target):
+    engine = Engine.from_repo(REPO)
+    victim = _edit_a_patched_file(engine, target)
+    edited = (target / victim).read_bytes()
+    before = snapshot(target)
+    r = run_cli(REPO, "apply", "--target", str(target))
+    line = r.stderr.strip()
+    assert r.returncode == 1 and "\n" not in line and snapshot(target) == before, r.stderr
+    assert line.endswith(f"your edit is kept; keep a copy of it and run python apply.py apply --target {target} "
+                         "--discard-edits to rewrite it from the pinned release"), line
+    r = run_cli(REPO, "apply", "--target", str(target), "--discard-edits")
+    assert r.returncode == 0 and f"discarding the edit of {victim}" in r.stdout, r.stdout + r.stderr
+    assert (target / victim).read_bytes() != edited and engine.status(target).summary == APPLIED
+
+
 def test_another_release_is_refused_by_version(tmp_path):
     """A site-packages holding the real sglang 0.5.17 wheel's files is not touched."""
     from patchkit.fetch import fetch
@@ -280,16 +328,29 @@ def test_check_catches_a_patch_that_does_not_round_trip(repo_copy):
 
 
 def test_worktree_then_export_reproduces_the_series(repo_copy):
-    for series in sorted((repo_copy / "patches" / "0.5.14").glob("*/series")):
-        name = series.parent.name
-        # every file under the series directory (patches, series, and the export-pr data beside them)
+    from patchkit.gitcmd import git
+
+    engine = Engine.from_repo(repo_copy)
+    for name in engine.lock.upstreams:
+        series = engine.series(name)
+        # every file under the series directory (patches, series, and the export-pr data beside them) and overlay/
         def files():
-            return {p.relative_to(series.parent).as_posix(): p.read_bytes()
-                    for p in series.parent.rglob("*") if p.is_file()}
+            return {p.relative_to(repo_copy).as_posix(): p.read_bytes()
+                    for top in (series.directory, engine.overlay_root) for p in top.rglob("*") if p.is_file()}
 
         before = files()
-        assert run_cli(repo_copy, "worktree", name, "--dir", str(repo_copy / "wt" / name)).returncode == 0
-        assert run_cli(repo_copy, "export", name, "--dir", str(repo_copy / "wt" / name)).returncode == 0
+        wt = repo_copy / "wt" / name
+        assert run_cli(repo_copy, "worktree", name, "--dir", str(wt)).returncode == 0
+        # each overlay (new) file is in the commit of the patch that claims it, as the patch's own change
+        commits = git(wt, "rev-list", "--reverse", "pristine..HEAD").stdout.split()
+        for commit, patch in zip(commits, series.patches, strict=True):
+            touched = git(wt, "diff-tree", "--no-commit-id", "--name-only", "-r", commit).stdout.split()
+            assert set(patch.overlay) <= set(touched), (patch.name, touched)
+            for rel in patch.overlay:
+                assert git(wt, "show", f"{commit}:{rel}", text=False).stdout == series.overlay_bytes(rel), rel
+        for rel in series.overlay_owner:       # export writes them back, it does not merely leave them
+            (engine.overlay_root / rel).unlink()
+        assert run_cli(repo_copy, "export", name, "--dir", str(wt)).returncode == 0
         assert files() == before
 
 
