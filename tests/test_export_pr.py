@@ -25,7 +25,8 @@ import pytest
 
 from patchkit.patchfile import parse_patch
 from patchkit.pr.body import OVERLAY_TRAILERS
-from patchkit.pr.export import default_branch
+from patchkit.pr.claims import fact_values
+from patchkit.pr.export import default_branch, stated
 from patchkit.pr.prdata import load_pr_data
 from patchkit.series import load_series
 from patchkit.lockfile import load_lock
@@ -61,8 +62,10 @@ SGLANG_LIKE_TEMPLATE = """<!-- thanks; fill in each section -->
 """
 # This repository's own vocabulary, independent of the data file's `forbid` list (which the command uses).
 INTERNAL = [r"\bP[1-9]\b", r"BENCHMARKS\.md", r"\bdocs/", r"\.png\b", r"\bissue \d+", r"\brun \d+\b",
-            r"\bcommit [0-9a-f]{7,}", r"\btests/(test_|gpu/)", r"(?i)patchkit", r"dsv4-sm120-overlay",
+            r"\bcommit [0-9a-f]{7,}", r"\btests/(test_|gpu/)", r"\bbench/", r"\bbench\.bench_", r"(?i)patchkit",
+            r"dsv4-sm120-overlay",
             r"Upstream-Status", r"Depends-On", r"Evidence:", r"\]\((?!https?://)[^)]*\)"]   # the last: a relative link
+CODE_INTERNAL = INTERNAL[:-1]   # in code, `](` is an index and a call, not a Markdown link
 IDENTITY = ("Jane Reviewer", "jane@example.org")
 
 
@@ -158,8 +161,8 @@ def delete_branches(repo: Path, *branches):
         git(repo, "branch", "-q", "-D", b, check=False)
 
 
-def assert_upstream_clean(text: str, what: str):
-    for rx in INTERNAL:
+def assert_upstream_clean(text: str, what: str, patterns=INTERNAL):
+    for rx in patterns:
         m = re.search(rx, text)
         assert m is None, f"{what} names this repository's own '{m.group(0)}'"
 
@@ -172,6 +175,9 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             continue  # stacked on its dependency's branch: tests/test_export_pr_depends.py; never exported: below
         repo, prefix, tag = checkouts[name], up.get("repo_prefix", ""), up["tag"]
         pr = pr_data(overlay_repo, name).patches[patch.name]
+        read = lambda rel: ((overlay_repo / "overlay" / current_line() / rel).read_bytes()  # noqa: E731
+                            if (overlay_repo / "overlay" / current_line() / rel).is_file() else None)
+        pr = stated(pr, fact_values(pr.facts, read, patch.name), patch.name)   # its {facts}, as exported
         head_before = git(repo, "rev-parse", "HEAD").strip()
         branch = default_branch(patch)
         force = ["--force"] if needs_force(patch) else []
@@ -214,12 +220,17 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
                 what = pr.modifications.get(rel[len(prefix):]) if rel != pr.test_dest else "new unittest"
                 assert re.search(rf"^- `{re.escape(rel)}`: {re.escape(what)}", body, re.M), rel
             for m in pr.accuracy + pr.benchmark:      # measured results inlined with where and how
-                for field in (m.result, m.gpu, m.versions, m.command, m.date):
+                for field in (m.result, m.gpu, m.versions, m.date):
                     assert field in body
+                # a command is printed only where it runs in an upstream checkout
+                assert (m.command.strip() in body) == (m.harness == "upstream"), m.command
                 for row in m.rows:
                     assert "| " + " | ".join(row) + " |" in body
             assert body.count("```") % 2 == 0, "a code block is left open"
-            # nothing of this repository's own vocabulary, in the body, the message or the unittest
+            # nothing of this repository's own vocabulary, in the body, the message or any line the commit adds
+            for rel in touched:
+                assert_upstream_clean("\n".join(sorted(added(git(repo, "diff", tag, branch, "--", rel)))),
+                                      f"{patch.name}'s {rel}", CODE_INTERNAL)
             assert_upstream_clean(body, f"{patch.name}'s PR body")
             assert_upstream_clean(message, f"{patch.name}'s commit message")
             if pr.test_file:
@@ -377,10 +388,83 @@ def test_refuses_dirty_checkout(checkouts, overlay_repo):
         victim.write_bytes(original)
 
 
-def test_refuses_unknown_or_ambiguous_patch(checkouts, overlay_repo):
+def test_refuses_unknown_or_ambiguous_patch_listing_what_there_is(checkouts, overlay_repo):
+    """A name that matches no patch (or several) is a usage error: exit 2, one line listing every patch of the
+    line by the names the README uses (P1 = sglang/0001 ...), nothing made."""
     name = next(iter(checkouts))
-    proc = cli(overlay_repo, "export-pr", "no-such-patch", "--repo", str(checkouts[name]))
-    assert proc.returncode == 1 and "expected exactly one patch matching 'no-such-patch', found none" in proc.stderr
+    labels = {pr.label: f"{n}/{p.name[:4]}" for n, _, p in all_patches(overlay_repo)
+              if (pr := pr_data(overlay_repo, n).patches.get(p.name)) is not None and pr.label}
+    assert labels, "no patch carries the label the README gives it"
+    for spec in ("no-such-patch", "P9", "dsv4"):
+        proc = cli(overlay_repo, "export-pr", spec, "--repo", str(checkouts[name]))
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert f"matching '{spec}'" in proc.stderr
+        if spec != "dsv4":   # an ambiguous part lists the patches it matches
+            for label, number in labels.items():
+                assert f"{label} = {number}" in proc.stderr, (label, proc.stderr)
+    assert all(git(repo, "branch", "--list", "pr/*") == "" for repo in checkouts.values())
+
+
+def test_the_readme_names_export_pr_accepts(checkouts, overlay_repo):
+    """README's patch table calls the patches P1..P7: export-pr takes those names (any case), and they name the
+    patch the table's "Series" column gives on the line it describes (0.5.14)."""
+    readme = (REPO / "README.md").read_text()
+    table = dict(re.findall(r"^\| (P\d) \| (\w+ \d{4})", readme, re.M))
+    assert table, "README has no patch table"
+    labelled = [(n, p, pr.label) for n, _, p in all_patches(overlay_repo)
+                if (pr := pr_data(overlay_repo, n).patches.get(p.name)) is not None and pr.label]
+    assert labelled, "no patch carries the label the README gives it"
+    if current_line() == "0.5.14":
+        assert {label: f"{n} {p.name[:4]}" for n, p, label in labelled} == table
+    n, p, label = next(t for t in labelled if not t[1].trailer("Depends-On") and not needs_force(t[1]))
+    proc = cli(overlay_repo, "export-pr", label.lower(), "--repo", str(checkouts[n]))
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert f"branch {default_branch(p)} = " in proc.stdout
+    finally:
+        delete_branches(checkouts[n], default_branch(p))
+
+
+def _edited_copy(tmp_path: Path, rel: str, edit) -> Path:
+    copy = repo_copy(tmp_path / "repo")
+    path = copy / rel
+    path.write_text(edit(path.read_text()))
+    return copy
+
+
+def test_no_exported_file_cites_this_repository(checkouts, tmp_path):
+    """The vocabulary check covers every file the commit ships, not only the body: a comment in an overlay file
+    (or a line a patch adds) that names this repository's tests/ or bench/ is refused, naming file and line."""
+    line = current_line()
+    name, up, patch = next((n, u, p) for n, u, p in all_patches(REPO) if n == "sglang" and p.overlay
+                           and exportable(p) and not needs_force(p) and not p.trailer("Depends-On"))
+    overlay = f"overlay/{line}/{patch.overlay[0]}"
+    copy = _edited_copy(tmp_path, overlay, lambda t: t + "\n# measured by bench/results/run.txt\n")
+    proc = cli(copy, "export-pr", f"{name}/{patch.name}", "--repo", str(checkouts[name]))
+    lines = (copy / overlay).read_text().count("\n")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr + proc.stdout
+    assert f"{up['repo_prefix']}{patch.overlay[0]}:{lines} names this repository's own 'bench/'" in proc.stderr
+    assert git(checkouts[name], "branch", "--list", "pr/*") == ""
+
+
+def test_a_printed_command_must_run_in_the_upstream_checkout(checkouts, tmp_path):
+    """A result whose command is this repository's script, printed as if a reviewer could run it, is refused."""
+    line = current_line()
+    name, _, patch = next((n, u, p) for n, u, p in all_patches(REPO) if n == "sglang" and exportable(p)
+                          and not needs_force(p) and not p.trailer("Depends-On"))
+    data = f"patches/{line}/sglang/upstream-pr.toml"
+    stanza = (f'\n[[patch.accuracy]]\nresult = "r"\ncommand = "python3 -m bench.bench_e2e --tree patched"\n'
+              f'gpu = "g"\nversions = "v"\ndate = "2026-12-01"\n')
+
+    def add_result(text: str) -> str:   # the result goes to the first [[patch]], the patch exported below
+        head, sep, rest = text.partition("\n[[patch]]\n")
+        first, sep2, tail = rest.partition("\n[[patch]]\n")
+        return head + sep + first.rstrip("\n") + "\n" + stanza + sep2 + tail
+    copy = _edited_copy(tmp_path, data, add_result)
+    proc = cli(copy, "export-pr", f"sglang/{patch.name}", "--repo", str(checkouts[name]))
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr + proc.stdout
+    assert "'bench.bench_e2e'" in proc.stderr and "run in an upstream checkout" in proc.stderr
+    assert git(checkouts[name], "branch", "--list", "pr/*") == ""
 
 
 def _load(path: Path, name: str):

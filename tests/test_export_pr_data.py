@@ -98,8 +98,15 @@ def test_a_code_block_with_hash_lines_does_not_end_a_section():
     ('forbid = ["("]\n', "forbid: expected regular expressions"),
     ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[[patch.benchmark]]\nresult = "r"\ncommand = "c"\n'
      'gpu = "g"\nversions = "v"\ndate = "Dec 1"\ncolumns = ["a"]\n', "expected date as YYYY-MM-DD, found 'Dec 1'"),
-    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\ntest = {file = "nope.py", dest = "test/x.py"}\n',
+    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\ntest = {file = "nope.py", dest = "test/x.py", parts = ["gpu"]}\n',
      "test.file: expected"),
+    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\ntest = {file = "nope.py", dest = "test/x.py"}\n',
+     "test: expected {file, dest, parts}"),
+    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[[patch.accuracy]]\nresult = "r"\ncommand = "c"\n'
+     'gpu = "g"\nversions = "v"\ndate = "2026-12-01"\nharness = "laptop"\n', "expected harness as one of upstream, standalone"),
+    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\nfacts = {v = "no-colon"}\n', "facts.v: expected \"path:CONSTANT\""),
+    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[patch.reproduce]\nserve = "x"\n',
+     "reproduce: expected a table with keys server, benchmark, accuracy"),
     ('colour = 1\n', "expected only 'forbid' and [[patch]], found ['colour']"),
 ])
 def test_malformed_data_is_refused_in_one_line(tmp_path: Path, text, expected):

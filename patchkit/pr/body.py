@@ -2,7 +2,10 @@
 
 Both come from `upstream-pr.toml` (prdata.py), never from the patch header's prose, which is written for
 this repository. Measured results are inlined with the GPU, versions, command and date they were taken
-with; the base's own PR template decides the sections (template.py).
+with (the command only where it runs in an upstream checkout; a standalone harness is said to be one);
+the reproduction commands and what the unittest runs where are stated from the data, and a
+reproduction nobody has measured yet is said to be unmeasured. The base's own PR template decides the
+sections (template.py).
 """
 from __future__ import annotations
 
@@ -71,13 +74,43 @@ def commit_message(patch: PatchFile, pr: UpstreamPR) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
+TEST_PARTS_TEXT = {
+    ("cpu", "gpu"): "its CPU part runs without a GPU, its GPU part skips without CUDA",
+    ("gpu",): "GPU only: it skips without CUDA",
+    ("cpu",): "runs without a GPU",
+}
+# What each reproduction command shows, and in which section it is quoted.
+REPRODUCE_SECTIONS = {"accuracy": ("server", "accuracy"), "benchmark": ("server", "benchmark")}
+
+
+def test_description(parts: tuple[str, ...]) -> str:
+    """The Modifications line of the unittest a PR adds, from what of it runs where."""
+    return f"new unittest ({TEST_PARTS_TEXT[tuple(parts)]})"
+
+
 def _measured(m: Measured) -> str:
-    out = [m.result, "", f"- GPU: {m.gpu}", f"- Versions: {m.versions}", f"- Date: {m.date}",
-           "- Command:", "", "```", m.command.strip(), "```"]
+    out = [m.result, ""] + ([f"- Model: {m.model}"] if m.model else [])
+    out += [f"- GPU: {m.gpu}", f"- Versions: {m.versions}", f"- Date: {m.date}"]
+    if m.harness == "upstream":
+        out += ["- Command:", "", "```", m.command.strip(), "```"]
+    else:
+        out.append("- Measured with a standalone benchmark script that is not part of this PR")
     if m.rows:
         out += ["", "| " + " | ".join(m.columns) + " |", "|" + "---|" * len(m.columns)]
         out += ["| " + " | ".join(r) + " |" for r in m.rows]
     return "\n".join(out)
+
+
+def _reproduction(pr: UpstreamPR, kind: str) -> str:
+    """The upstream commands that reproduce this section's end-to-end result, and, when no result of the
+    section was measured with upstream's own commands (harness = "upstream"), that it was not measured."""
+    if kind not in pr.reproduce:
+        return ""
+    commands = "\n".join(pr.reproduce[k] for k in REPRODUCE_SECTIONS[kind] if k in pr.reproduce)
+    measured = any(m.harness == "upstream" for m in getattr(pr, kind))
+    what = "accuracy" if kind == "accuracy" else "throughput"
+    status = "" if measured else f"\n\nEnd-to-end {what} with these commands: not measured yet."
+    return f"To reproduce end to end, in a checkout of this branch:\n\n```\n{commands}\n```{status}"
 
 
 def pr_body(pr: UpstreamPR, template: str, files: list[tuple[str, str]], base: str, stack: Stack,
@@ -90,9 +123,11 @@ def pr_body(pr: UpstreamPR, template: str, files: list[tuple[str, str]], base: s
     mods = [f"One commit on `{base}`:", ""] + [f"- `{path}`: {what}" for path, what in files]
     accuracy = [_measured(a) for a in pr.accuracy]
     if test_command:
-        accuracy.append(f"Unit test added with this PR (CPU parts run anywhere, GPU parts skip without CUDA):\n\n"
+        accuracy.append(f"Unit test added with this PR ({TEST_PARTS_TEXT[pr.test_parts]}):\n\n"
                         f"```\n{test_command}\n```")
+    accuracy.append(_reproduction(pr, "accuracy"))
+    benchmark = [_measured(b) for b in pr.benchmark] + [_reproduction(pr, "benchmark")]
     content = {"motivation": motivation, "modifications": "\n".join(mods),
-               "accuracy": "\n\n".join(accuracy) or "N/A",
-               "benchmark": "\n\n".join(_measured(b) for b in pr.benchmark) or "N/A"}
+               "accuracy": "\n\n".join(a for a in accuracy if a) or "N/A",
+               "benchmark": "\n\n".join(b for b in benchmark if b) or "N/A"}
     return fill(template, content, preamble=f"# {title(pr, stack)}")

@@ -13,15 +13,16 @@ from __future__ import annotations
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import PatchkitError, UsageError
 from ..check import depends_on_errors
 from ..conditions import replacements_of, superseded_by
 from ..gitcmd import checkout_git
-from .body import Stack, commit_message, pr_body, title
+from .body import Stack, commit_message, pr_body, test_description, title
 from .carry import carried_change
+from .claims import fact_values, file_hits, fill_facts, missing_targets
 from .prdata import DATA_FILE, load_pr_data
 from .template import DEFAULT_TEMPLATE, TEMPLATE_PATHS
 
@@ -31,7 +32,8 @@ BRANCH_MAX = 60   # characters after 'pr/': whole words only
 def add_parser(sub) -> None:
     help_text = "make a branch with one patch (and its overlay files and unittest) on an upstream git checkout, and a PR body"
     p = sub.add_parser("export-pr", help=help_text, description=help_text)
-    p.add_argument("patch", help="patch file name, its NNNN number, or UPSTREAM/NAME")
+    p.add_argument("patch", help="the patch: its README label (P1), its NNNN number (0001), its file name, or "
+                                 "UPSTREAM/NAME (sglang/0001)")
     p.add_argument("--repo", required=True, metavar="DIR", help="git checkout of the upstream project")
     p.add_argument("--base", metavar="REF", help="commit the PR is based on (default: main if the checkout has it, "
                                                  "else the pinned release tag)")
@@ -47,28 +49,37 @@ def add_parser(sub) -> None:
 
 # -- which patch, which branch ---------------------------------------------------------------------
 def find_patch(engine, spec: str):
-    """(upstream name, series, index) of the one patch `spec` names."""
+    """(upstream name, series, index) of the one patch `spec` names: its label as the README gives it
+    (upstream-pr.toml `label`, e.g. P1), its file name or stem, its NNNN number, or a unique part of its
+    name, optionally as UPSTREAM/NAME. Anything else is a usage error listing what this line has."""
     parts = spec.rstrip("/").split("/")
     key, want_up = parts[-1], (parts[-2] if len(parts) > 1 else "")
-    hits = []
+    candidates = []     # (upstream, series, index, label)
     for name in engine.lock.upstreams:
-        if want_up and name != want_up:
-            continue
         series = engine.series(name)
-        for i, p in enumerate(series.patches):
-            stem = p.name[:-len(".patch")]
-            if key in (p.name, stem) or (key.isdigit() and stem.split("-", 1)[0] == key.zfill(4)):
-                hits.append((name, series, i))
-    if not hits:
-        for name in engine.lock.upstreams:
-            if want_up and name != want_up:
-                continue
-            series = engine.series(name)
-            hits += [(name, series, i) for i, p in enumerate(series.patches) if key.lower() in p.name.lower()]
+        data = load_pr_data(engine.patches_root / name)
+        labels = {p.file: p.label for p in data.patches.values()} if data else {}
+        candidates += [(name, series, i, labels.get(p.name, "")) for i, p in enumerate(series.patches)]
+    if want_up and want_up not in engine.lock.upstreams:
+        raise UsageError(f"export-pr: expected an upstream of line {engine.lock.line} ({', '.join(engine.lock.upstreams)}) "
+                         f"before '/', found '{want_up}'")
+    mine = [c for c in candidates if not want_up or c[0] == want_up]
+
+    def exact(c) -> bool:
+        p = c[1].patches[c[2]]
+        stem = p.name[:-len(".patch")]
+        number = stem.split("-", 1)[0]
+        return (key in (p.name, stem) or (c[3] and key.upper() == c[3].upper())
+                or (key.isdigit() and number == key.zfill(4)))
+    hits = [c for c in mine if exact(c)] or [c for c in mine if key.lower() in c[1].patches[c[2]].name.lower()]
     if len(hits) != 1:
-        found = ", ".join(f"{n}/{s.patches[i].name}" for n, s, i in hits) or "none"
-        raise PatchkitError(f"export-pr: expected exactly one patch matching '{spec}', found {found}")
-    return hits[0]
+        def named(c) -> str:
+            return (f"{c[3]} = " if c[3] else "") + f"{c[0]}/{c[1].patches[c[2]].name[:4]}"
+        listed = ", ".join(named(c) for c in (hits or candidates))
+        found = f"{len(hits)} matches" if hits else "none"
+        raise UsageError(f"export-pr: expected one patch of line {engine.lock.line} matching '{spec}', found {found}; "
+                         f"{'they are' if hits else 'the patches are'}: {listed}")
+    return hits[0][:3]
 
 
 def default_branch(patch) -> str:
@@ -237,24 +248,37 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
         raise PatchkitError(f"export-pr: {data.path}: {patch.name}: expected a modifications line for each file the "
                             f"commit touches, found {'none for ' + ', '.join(missing) if missing else 'lines for files it does not touch: ' + ', '.join(extra)}")
     files = {prefix + rel: data_ for rel, data_ in change.items()}
+    where = f"export-pr: {patch.name}: {data.path}"
+    pr = stated(pr, fact_values(pr.facts, lambda rel: change.get(rel) if rel in change else None, where), where)
     listing = [(prefix + rel, pr.modifications[rel]) for rel in change]
     test_command = ""
     if pr.test_file is not None:
         if read(pr.test_dest) is not None:
             raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {pr.test_dest} already exists there")
         files[pr.test_dest] = pr.test_file.read_bytes()
-        listing.append((pr.test_dest, "new unittest (CPU parts run without a GPU, GPU parts skip without CUDA)"))
+        listing.append((pr.test_dest, test_description(pr.test_parts)))
         test_command = f"python3 {pr.test_dest}"
+    exists = lambda path: files.get(path) is not None or (path not in files and read(path) is not None)  # noqa: E731
+    for command in [test_command, *pr.reproduce.values(),
+                    *(m.command for m in pr.accuracy + pr.benchmark if m.harness == "upstream")]:
+        missing = missing_targets(command, exists, prefix)
+        if missing:
+            raise PatchkitError(f"{where}: expected every command the PR prints to run in an upstream checkout with "
+                                f"this change, found '{missing[0]}' in '{command.strip().splitlines()[0]}' missing "
+                                f"from {parent_name} (mark a result measured elsewhere harness = \"standalone\")")
     message = commit_message(patch, pr)
     body = pr_body(pr, template, listing, base_name, stack, test_command)
-    texts = {"PR body": body, "commit message": message}
-    if pr.test_file is not None:
-        texts[pr.test_dest] = pr.test_file.read_text(encoding="utf-8")
-    for what, text in texts.items():
+    for what, text in {"PR body": body, "commit message": message}.items():
         hits = data.vocabulary_hits(text)
         if hits:
             raise PatchkitError(f"export-pr: {patch.name}: its {what} names this repository's own '{hits[0]}' "
                                 f"(forbidden by {data.path}); fix the upstream description")
+    for path, data_ in files.items():
+        hits = file_hits(data.forbid, path, read(path), data_) if data_ is not None else []
+        if hits:
+            path, line, term = hits[0]
+            raise PatchkitError(f"export-pr: {patch.name}: {path}:{line} names this repository's own '{term}' "
+                                f"(forbidden by {data.path}); nothing exported may cite it")
     return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack))
 
 
@@ -264,6 +288,15 @@ def body_dir(engine, repo: Path) -> Path:
     if engine.read_only:
         return Path(checkout_git(repo, "rev-parse", "--absolute-git-dir").stdout.strip()) / "pr-bodies"
     return engine.build_root / "pr"
+
+
+def stated(pr, values: dict[str, str], where: str):
+    """The upstream description with every `{fact}` of its texts replaced by the value read from the code."""
+    fill = lambda text: fill_facts(text, values, where)  # noqa: E731
+    measured = lambda ms: [replace(m, result=fill(m.result)) for m in ms]  # noqa: E731
+    return replace(pr, title=fill(pr.title), motivation=fill(pr.motivation),
+                   modifications={k: fill(v) for k, v in pr.modifications.items()},
+                   accuracy=measured(pr.accuracy), benchmark=measured(pr.benchmark))
 
 
 def _github_repo(url: str) -> str:

@@ -3,17 +3,29 @@
 A patch header is written for this repository (it cites its own benchmarks, tests and numbering); a pull
 request is read by the upstream project. So what goes upstream is data of its own, checked here:
 
-    forbid = ['\\bP[0-9]\\b', 'BENCHMARKS\\.md']   # this repository's vocabulary: never in a PR or commit
+    forbid = ['\\bP[0-9]\\b', 'BENCHMARKS\\.md']   # this repository's vocabulary: never in anything exported
 
     [[patch]]
     file = "0001-....patch"          # the series file it describes
+    label = "P1"                     # the name this repository's README gives it (export-pr accepts it);
+                                     # never written into a PR
     title = "..."                    # PR title and commit subject
     motivation = "..."               # PR Motivation, and the commit body
     modifications = [{path = "pkg/mod.py", what = "..."}]   # one line per file the commit touches (wheel layout)
-    test = {file = "upstream-tests/test_x.py", dest = "test/registered/kernels/test_x.py"}
+    test = {file = "upstream-tests/test_x.py", dest = "test/registered/kernels/test_x.py", parts = ["gpu"]}
+                                     # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one)
+    facts = {releases = "pkg/mod.py:RELEASES"}   # {releases} in any text = that module-level literal of
+                                     # the exported file (a tuple reads "3.6 and 3.8"): stated from the code
+    [patch.reproduce]                # commands that run in a checkout of the upstream project alone
+    server = "python3 -m pkg.launch ..."; benchmark = "..."; accuracy = "..."
 
     [[patch.accuracy]]               # a measured result, with where and how
     result = "..."; command = "..."; gpu = "..."; versions = "..."; date = "YYYY-MM-DD"
+    harness = "upstream"             # "upstream" (default): `command` runs in an upstream checkout with this
+                                     # PR; "standalone": measured by a harness outside the PR, whose command
+                                     # is kept here for the record and never printed
+    model = "..."                    # what it ran on, printed as such (e.g. a random-weight model of the
+                                     # real shapes: it shows the path runs, not model quality)
     [[patch.benchmark]]              # the same, plus the table as measured
     ...; columns = ["batch", "us"]; rows = [["1", "9.2"]]; source = "BENCHMARKS.md#anchor"
 
@@ -31,8 +43,12 @@ from ..lockfile import tomllib
 from ..paths import clean_relpath
 
 DATA_FILE = "upstream-pr.toml"
-_PATCH_KEYS = {"file", "title", "motivation", "modifications", "test", "accuracy", "benchmark"}
-_RESULT_KEYS = {"result", "command", "gpu", "versions", "date", "source"}
+_PATCH_KEYS = {"file", "label", "title", "motivation", "modifications", "test", "facts", "reproduce", "accuracy",
+               "benchmark"}
+_RESULT_KEYS = {"result", "command", "gpu", "versions", "date", "source", "harness", "model"}
+HARNESSES = ("upstream", "standalone")
+TEST_PARTS = ("cpu", "gpu")
+REPRODUCE_KEYS = ("server", "benchmark", "accuracy")   # in the order a reviewer runs them
 _BENCH_KEYS = _RESULT_KEYS | {"columns", "rows"}
 
 
@@ -44,6 +60,8 @@ class Measured:
     versions: str
     date: str
     source: str = ""
+    harness: str = "upstream"       # "upstream": command runs in an upstream checkout; "standalone": it does not
+    model: str = ""                 # what it ran on, when that is not evident from the result
     columns: list[str] = field(default_factory=list)
     rows: list[list[str]] = field(default_factory=list)
 
@@ -56,6 +74,10 @@ class UpstreamPR:
     modifications: dict[str, str]             # wheel-layout path -> what changes there
     test_file: Path | None = None             # the upstream-style unittest this PR adds
     test_dest: str = ""                       # where it goes in the upstream repo (repo layout)
+    test_parts: tuple[str, ...] = ()          # what of it runs without a GPU ("cpu") and with one ("gpu")
+    label: str = ""                           # this repository's name for it (README); never exported
+    facts: dict[str, tuple[str, str]] = field(default_factory=dict)   # name -> (wheel path, module constant)
+    reproduce: dict[str, str] = field(default_factory=dict)          # REPRODUCE_KEYS -> upstream command
     accuracy: list[Measured] = field(default_factory=list)
     benchmark: list[Measured] = field(default_factory=list)
 
@@ -85,7 +107,11 @@ def _measured(where: str, raw, bench: bool) -> Measured:
         found = sorted(set(raw) - keys) if isinstance(raw, dict) else type(raw).__name__
         raise PatchkitError(f"{where}: expected a table with keys {sorted(keys)}, found {found}")
     m = Measured(*(_str(where, raw.get(k), k) for k in ("result", "command", "gpu", "versions", "date")),
-                 source=_str(where, raw.get("source"), "source", required=False))
+                 source=_str(where, raw.get("source"), "source", required=False),
+                 harness=_str(where, raw.get("harness", "upstream"), "harness"),
+                 model=_str(where, raw.get("model"), "model", required=False))
+    if m.harness not in HARNESSES:
+        raise PatchkitError(f"{where}: expected harness as one of {', '.join(HARNESSES)}, found {m.harness!r}")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", m.date):
         raise PatchkitError(f"{where}: expected date as YYYY-MM-DD, found {m.date!r}")
     if bench:
@@ -97,6 +123,26 @@ def _measured(where: str, raw, bench: bool) -> Measured:
             if not isinstance(row, list) or len(row) != len(m.columns) or not all(isinstance(c, str) for c in row):
                 raise PatchkitError(f"{where}: expected each row as {len(m.columns)} strings, found {row!r}")
     return m
+
+
+def _facts(where: str, raw) -> dict[str, tuple[str, str]]:
+    """name -> (wheel path, NAME): a module-level constant of an exported file that a text states."""
+    if not isinstance(raw, dict):
+        raise PatchkitError(f"{where}: facts: expected a table of name = \"path:CONSTANT\", found {raw!r}")
+    out = {}
+    for name, ref in raw.items():
+        path, _, const = ref.rpartition(":") if isinstance(ref, str) else ("", "", "")
+        if not re.fullmatch(r"\w+", name) or not path or not const.isidentifier():
+            raise PatchkitError(f"{where}: facts.{name}: expected \"path:CONSTANT\", found {ref!r}")
+        out[name] = (clean_relpath(path, f"{where}: facts.{name}"), const)
+    return out
+
+
+def _reproduce(where: str, raw) -> dict[str, str]:
+    if not isinstance(raw, dict) or set(raw) - set(REPRODUCE_KEYS):
+        found = sorted(set(raw) - set(REPRODUCE_KEYS)) if isinstance(raw, dict) else raw
+        raise PatchkitError(f"{where}: reproduce: expected a table with keys {', '.join(REPRODUCE_KEYS)}, found {found!r}")
+    return {k: _str(f"{where}: reproduce", raw[k], k).strip() for k in REPRODUCE_KEYS if k in raw}
 
 
 def load_pr_data(series_dir: Path) -> SeriesPRData | None:
@@ -128,18 +174,26 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
                 raise PatchkitError(f"{where}: modifications: expected {{path, what}} tables, found {m!r}")
             mods[clean_relpath(_str(where, m["path"], "path"), f"{where}: modifications")] = _str(where, m["what"], "what")
         test = p.get("test")
-        test_file, test_dest = None, ""
+        test_file, test_dest, test_parts = None, "", ()
         if test is not None:
-            if not isinstance(test, dict) or set(test) != {"file", "dest"}:
-                raise PatchkitError(f"{where}: test: expected {{file, dest}}, found {test!r}")
+            if not isinstance(test, dict) or set(test) != {"file", "dest", "parts"}:
+                raise PatchkitError(f"{where}: test: expected {{file, dest, parts}}, found {test!r}")
             test_file = Path(series_dir) / clean_relpath(_str(where, test["file"], "file"), f"{where}: test.file")
             test_dest = clean_relpath(_str(where, test["dest"], "dest"), f"{where}: test.dest")
             if not test_file.is_file():
                 raise PatchkitError(f"{where}: test.file: expected {test_file}, found no such file")
+            test_parts = test["parts"]
+            if (not isinstance(test_parts, list) or not test_parts
+                    or any(part not in TEST_PARTS for part in test_parts) or len(set(test_parts)) != len(test_parts)):
+                raise PatchkitError(f"{where}: test.parts: expected a list of {' and/or '.join(TEST_PARTS)}, "
+                                    f"found {test_parts!r}")
+            test_parts = tuple(part for part in TEST_PARTS if part in test_parts)
         patches[name] = UpstreamPR(
             file=name, title=_str(where, p.get("title"), "title"),
             motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
-            test_file=test_file, test_dest=test_dest,
+            test_file=test_file, test_dest=test_dest, test_parts=test_parts,
+            label=_str(where, p.get("label"), "label", required=False),
+            facts=_facts(where, p.get("facts", {})), reproduce=_reproduce(where, p.get("reproduce", {})),
             accuracy=[_measured(f"{where}: accuracy", a, False) for a in p.get("accuracy", [])],
             benchmark=[_measured(f"{where}: benchmark", b, True) for b in p.get("benchmark", [])])
     return SeriesPRData(path, forbid, patches)

@@ -41,7 +41,7 @@ INDEXER_CONFIGS = {
     "w4-s3-x4": (4, 3, 4, "up"),  # the 2026-11-29 kernel and grid
     "w4-s5-x4": (4, 5, 4, "down"),
 }
-# Measured on an H200 (BENCHMARKS.md#indexer): 16 rows and more gain from 5 stages; a single row
+# Measured on an H200: 16 rows and more gain from 5 stages; a single row
 # (each program has only a few pages) does not, so it keeps the 2026-11-29 config. Other GPUs keep
 # it at every batch: on sm_120 (100 KB shared memory per SM) the 5-stage build fits 2 programs per
 # SM, not 4, and that trade was not measured.
