@@ -87,6 +87,19 @@ def link(src: Path, objs: list[Path], arch: str) -> Path:
     return out
 
 
+# What load_peer reads at run time, and all that travels to the GPU box (not the 32 MiB of headers and CCCL).
+RUNTIME_PARTS = ["lib", "site", "sglang", STAMP, "flashinfer/mla", "flashinfer/autotuner"]
+
+
+def pack_runtime(src: Path, out: Path) -> Path:
+    """OUT: SRC's RUNTIME_PARTS as one checked payload (bench/carry.py; `python3 -m bench.carry install` there)."""
+    from bench.carry import MIB, dir_entries, pack
+
+    manifest = pack(dir_entries(src, RUNTIME_PARTS), out, {"source": src.name, "kept": RUNTIME_PARTS})
+    print(f"packed {out} ({manifest['payload_size'] / MIB:.1f} MiB) from {src}")
+    return out
+
+
 def build(src: Path, arch: str = "sm_90a", jobs: int = 0, only: str | None = None, extra=()) -> Path:
     if not (src / STAMP).exists():
         raise SystemExit(f"error: expected sources laid out by bench.peers.flashinfer_sm120_sources in {src}, "
@@ -122,9 +135,15 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=0, help="units compiled at once (default: one per core)")
     ap.add_argument("--only", help="compile this one unit (e.g. decode_dispatch.cu), link nothing")
     ap.add_argument("--ptxas-verbose", action="store_true", help="registers, shared memory and spills per kernel")
+    ap.add_argument("--carry", type=Path, metavar="OUT",
+                    help="then pack what the peer needs at run time into OUT, to carry to the GPU box")
     args = ap.parse_args(argv)
+    src = args.src or default_out(args.flashinfer)
     try:
-        build(args.src or default_out(args.flashinfer), args.arch, args.jobs, args.only, ["-Xptxas=-v"] if args.ptxas_verbose else [])
+        if not (args.only is None and args.carry and library_path(src, args.arch).exists()):
+            build(src, args.arch, args.jobs, args.only, ["-Xptxas=-v"] if args.ptxas_verbose else [])
+        if args.carry:
+            pack_runtime(src, args.carry)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
