@@ -5,6 +5,17 @@ import shutil
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+# bench/results/INDEX.md: the entries in the tree, then this heading and the entries archived out of it (in git only,
+# their files' sha256 in ARCHIVED_SUMS).
+ARCHIVED_HEADING = "## Archived: out of the working tree"
+ARCHIVED_SUMS = RESULTS / "ARCHIVED.sha256"
+
+
+def index_parts() -> tuple[str, str]:
+    """bench/results/INDEX.md split at ARCHIVED_HEADING: (what is in the tree, what is archived)."""
+    text = (RESULTS / "INDEX.md").read_text()
+    present, _, archived = text.partition("\n" + ARCHIVED_HEADING + "\n")
+    return present, archived
 
 
 def report_leaves_folder_as_it_was(run: str, tmp_path: Path, stale_name: str, stale_text: str, report) -> None:

@@ -14,6 +14,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.saved_results import ARCHIVED_SUMS, index_parts
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -64,21 +66,25 @@ def section(text: str, anchor: str) -> str | None:
     return "\n".join(lines[start:]) if start is not None else None
 
 
-def results_index() -> dict[str, list[str]]:
-    rows = markdown_rows((RESULTS / "INDEX.md").read_text())
-    assert rows, "bench/results/INDEX.md has no table"
+def results_index(archived: bool = False) -> dict[str, list[str]]:
+    """INDEX.md's entries in the tree, or (archived=True) those archived out of it (tests/saved_results.py)."""
+    rows = markdown_rows(index_parts()[1 if archived else 0])
+    assert rows or archived, "bench/results/INDEX.md has no table"
     return {r[0].strip("`"): r for r in rows}
 
 
 def test_results_index_lists_exactly_what_is_there():
-    present = {p.name + ("/" if p.is_dir() else "") for p in RESULTS.iterdir() if p.name != "INDEX.md"}
+    present = {p.name + ("/" if p.is_dir() else "") for p in RESULTS.iterdir()
+               if p.name not in ("INDEX.md", ARCHIVED_SUMS.name)}
+    back = present & set(results_index(archived=True))
+    assert not back, f"bench/results/INDEX.md: expected archived {sorted(back)} out of the tree, found it there"
     listed = set(results_index())
     assert not present - listed, f"bench/results/INDEX.md: expected an entry for {sorted(present - listed)}, found none"
     assert not listed - present, f"bench/results/INDEX.md: lists {sorted(listed - present)}, found no such file"
 
 
 def test_results_index_dates_and_citations_hold():
-    for name, (_, date, produced_by, cited_in, *_rest) in results_index().items():
+    for name, (_, date, produced_by, cited_in, *_rest) in {**results_index(), **results_index(archived=True)}.items():
         assert DATE.fullmatch(date) and name.startswith(date), \
             f"bench/results/INDEX.md: {name}: expected a name starting with its date, found date {date!r}"
         assert produced_by, f"bench/results/INDEX.md: {name}: says nothing of what produced it"
