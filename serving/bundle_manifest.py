@@ -3,10 +3,12 @@
 Layout of a bundle directory (serving/bundle.py builds it):
 
     manifest.json          this manifest (not listed in itself)
-    artifacts/*.whl        the pinned upstream wheels, byte for byte as pin.lock names them
-    payload.tar.xz         wheels/*.whl (stored, re-packed), stubs/..., jit-cache/... in one xz stream
+    payload.tar.xz         wheels/*.whl (stored, re-packed), stubs/..., jit-cache/..., and the pinned wheels
+                           split (artifacts/<wheel>.frame/.members/.layout.json) in one xz stream
+    artifacts/*.whl        the pinned upstream wheels, byte for byte, where they are not split (--whole-wheels)
 
-`files` lists the bundle's own files; `payload` lists every member of payload.tar.xz. Install checks both
+`files` lists the bundle's own files; `payload` lists every member of payload.tar.xz; `artifacts` lists every
+pinned wheel install rebuilds from the payload (size and sha256 of the wheel itself). Install checks all three
 before it writes anything.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from patchkit.paths import clean_relpath
 
 MANIFEST = "manifest.json"
 PAYLOAD = "payload.tar.xz"
-FORMAT = 1
+FORMAT = 2          # 2: the pinned wheels may travel split in the payload ('artifacts', bundle_rezip.py)
 MIB = 1 << 20
 
 
@@ -104,7 +106,8 @@ def manifest_problem(manifest) -> str | None:
     target = manifest.get("target")
     if not (isinstance(target, dict) and isinstance(target.get("python"), str)):
         return "expected 'target' as an object with 'python' (a string)"
-    return _entries_problem(manifest.get("files"), "files") or _entries_problem(manifest.get("payload"), "payload")
+    return (_entries_problem(manifest.get("files"), "files") or _entries_problem(manifest.get("payload"), "payload")
+            or _entries_problem(manifest.get("artifacts"), "artifacts"))
 
 
 def read_manifest(bundle: Path) -> dict:

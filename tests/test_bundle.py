@@ -20,7 +20,7 @@ from patchkit.hashing import record_digest, sha256_bytes
 from patchkit.names import canonical_name
 from patchkit.lockfile import load_lock
 from patchkit.state import APPLIED, PRISTINE
-from serving import bundle, bundle_slim
+from serving import bundle, bundle_rezip, bundle_slim
 from serving.bundle_manifest import MANIFEST, PAYLOAD, BundleError, sha256_file
 from tests.conftest import pristine_wheel
 
@@ -281,7 +281,9 @@ def test_install_makes_pinned_and_patched_trees_from_the_bundle_alone(tmp_path, 
     built = cache / "sgl_kernel_jit_x_0123__arch_12.0__tvmffi_0.1.15.post2"
     built.mkdir(parents=True)
     (built / "sgl_kernel_jit_x_0123.so").write_bytes(b"prebuilt")
-    out, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, artifacts=artifacts, gpu_cc=120, jit_cache=[cache])
+    # whole wheels: xz over the split pinned wheels costs minutes here (the split path: the two tests below)
+    out, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, artifacts=artifacts, gpu_cc=120, jit_cache=[cache],
+                                  whole_wheels=True)
     site = tmp_path / "site"
     mine = site / "jit-cache" / "sgl_kernel_jit_y_4567__arch_12.0__tvmffi_0.1.15.post2" / "sgl_kernel_jit_y_4567.so"
     mine.parent.mkdir(parents=True)
@@ -298,6 +300,7 @@ def test_install_makes_pinned_and_patched_trees_from_the_bundle_alone(tmp_path, 
     assert (site / "jit-cache" / built.name / "sgl_kernel_jit_x_0123.so").read_bytes() == b"prebuilt"
     assert mine.read_bytes() == b"built on the machine"
     assert bundle.jit_cache_dir(site) == (site / "jit-cache").resolve()
+    assert sorted(p.name for p in (site / "artifacts").iterdir()) == sorted(p.name for p, _ in artifacts)
 
     path = bundle.tree_pythonpath(site, "patched")
     assert path == [str((site / p).resolve()) for p in ("trees/patched", "common", "stubs")]
@@ -377,3 +380,72 @@ def test_carry_size_fails_when_tree_and_bundle_pass_one_device_call(tmp_path, mo
     assert "over by" in capsys.readouterr().out
     with pytest.raises(BundleError, match="expected a built bundle at .*nope, found no files there"):
         bundle.carry_size(tmp_path / "nope", repo)
+
+
+# ---- pinned wheels split into the payload (serving/bundle_rezip.py) ---------------------------------------------------
+@pytest.fixture(scope="module")
+def split_sglang(tmp_path_factory):
+    """The real pinned sglang 0.5.14 wheel, split as make bundle splits it (no xz: the rebuild is what is tested)."""
+    wheel = pristine_wheel("sglang", "0.5.14").wheel
+    parts = tmp_path_factory.mktemp("split") / "artifacts"
+    info = bundle_rezip.split(wheel, parts)
+    assert info is not None, "this zlib reproduces every stream of the pinned wheel"
+    return wheel, parts, info
+
+
+def test_a_split_pinned_wheel_is_rebuilt_byte_for_byte_and_a_changed_byte_refused(tmp_path, split_sglang):
+    wheel, parts, info = split_sglang
+    assert info["sha256"] == sha256_file(wheel) and len(info["streams"]) > 1000
+    assert (parts / f"{wheel.name}.members").stat().st_size > 3 * wheel.stat().st_size   # what xz then compresses
+    manifest = {"files": [], "artifacts": [{"path": f"artifacts/{wheel.name}", "size": info["size"],
+                                            "sha256": info["sha256"], "why": "pinned"}]}
+    bundle.rebuild_artifacts(tmp_path / "bundle", parts.parent, manifest, tmp_path / "site" / "artifacts")
+    assert (tmp_path / "site" / "artifacts" / wheel.name).read_bytes() == wheel.read_bytes()
+    # A machine whose zlib deflates a member differently (here: one member's bytes changed) is refused in one line.
+    changed = tmp_path / "changed" / "artifacts"
+    changed.mkdir(parents=True)
+    for suffix in bundle_rezip.SUFFIXES:
+        (changed / f"{wheel.name}{suffix}").write_bytes((parts / f"{wheel.name}{suffix}").read_bytes())
+    members = bytearray((changed / f"{wheel.name}.members").read_bytes())
+    members[100] ^= 0x20
+    (changed / f"{wheel.name}.members").write_bytes(bytes(members))
+    with pytest.raises(BundleError) as err:
+        bundle.rebuild_artifacts(tmp_path / "bundle", changed.parent, manifest, tmp_path / "site2" / "artifacts")
+    assert "\n" not in str(err.value) and str(err.value).startswith(wheel.name)
+    assert "--whole-wheels" in str(err.value) and str(err.value).endswith("nothing installed")
+    assert not (tmp_path / "site2" / "artifacts" / wheel.name).exists()
+
+
+def one_member_zip(path: Path, name: str, data: bytes, stream: bytes) -> Path:
+    """A zip of one deflated member whose compressed bytes are `stream` (written by hand: zipfile picks its own)."""
+    import struct
+    import zlib
+    crc, fname = zlib.crc32(data), name.encode()
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, crc, len(stream), len(data), len(fname), 0) + fname
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0, crc, len(stream), len(data),
+                          len(fname), 0, 0, 0, 0, 0, 0) + fname
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(local) + len(stream), 0)
+    path.write_bytes(local + stream + central + end)
+    assert zipfile.ZipFile(path).read(name) == data
+    return path
+
+
+def test_assemble_splits_a_deflated_wheel_into_the_payload_and_keeps_one_it_cannot_reproduce(tmp_path, kernel_wheel,
+                                                                                            tiny_wheel):
+    """A wheel deflated as zipfile and pip deflate travels split; one deflated otherwise (zlib's filtered strategy
+    here, which no level of the default strategy reproduces) travels whole, as before."""
+    import zlib
+    data = bytes(range(256)) * 64 + b"VALUE = 7\n" * 500
+    c = zlib.compressobj(6, zlib.DEFLATED, -15, 8, zlib.Z_HUFFMAN_ONLY)
+    odd = one_member_zip(tmp_path / "odd-1.0-py3-none-any.whl", "odd/__init__.py", data, c.compress(data) + c.flush())
+    assert bundle_rezip.split(odd, tmp_path / "probe") is None and not (tmp_path / "probe").exists()
+    out, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel,
+                                  artifacts=[(tiny_wheel, "pinned, deflated as pip does"), (odd, "pinned, odd")])
+    assert [a["path"] for a in manifest["artifacts"]] == [f"artifacts/{tiny_wheel.name}"]
+    assert manifest["artifacts"][0]["sha256"] == sha256_file(tiny_wheel)
+    assert {m["path"] for m in manifest["payload"] if m["path"].startswith("artifacts/")} == \
+        {f"artifacts/{tiny_wheel.name}{s}" for s in bundle_rezip.SUFFIXES}
+    assert [f["path"] for f in manifest["files"] if f["path"].startswith("artifacts/")] == [f"artifacts/{odd.name}"]
+    # --whole-wheels: every pinned wheel is a file of the bundle, nothing split
+    _, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, artifacts=[(tiny_wheel, "pinned")], whole_wheels=True)
+    assert manifest["artifacts"] == [] and [f["path"] for f in manifest["files"]][0] == f"artifacts/{tiny_wheel.name}"
