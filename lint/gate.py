@@ -1,7 +1,8 @@
 """The lint gate of `make check`: upstream's own formatters and linters on what this set ships.
 
 What is checked: every overlay file and every .py file kept under patches/<upstream>/ (the tests a PR
-carries) as whole files, and, in every file a patch changes, the lines the series adds (difflib against
+carries) as whole files (and, by lint/vocabulary.py, every file export-pr ships against the series'
+forbidden vocabulary), and, in every file a patch changes, the lines the series adds (difflib against
 the pinned release's bytes). The patched files are checked whole, then only
 findings on added lines are reported: upstream's own lines are upstream's business, and its pinned 0.5.14
 files are not clean under the 0.5.23 tools. Which checks run, and their settings, come from
@@ -31,6 +32,8 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
+from lint import vocabulary  # noqa: E402
 
 SETTINGS = Path(__file__).with_name("settings.toml")
 FORMATTERS = ("isort", "ruff-format")
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             for rel in fix(args.repo.resolve(), args.tools, settings):
                 print(f"formatted {rel}")
         findings = lint(args.repo, args.tools, settings)
+        findings += vocabulary.findings(args.repo)   # what export-pr ships: none of this repository's vocabulary
     except Exception as exc:  # a tool or a pinned wheel failed: one line, exit 1
         print(f"error: lint gate: {exc}", file=sys.stderr)
         return 1

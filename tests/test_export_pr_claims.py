@@ -245,3 +245,13 @@ def test_the_body_never_pretends_an_end_to_end_measurement(tmp_path, measured):
     assert ("not measured yet" in accuracy) is not measured
     if measured:
         assert "- Model: a random-weight model of the real shapes" in accuracy and "--data-path /data/test.jsonl" in accuracy
+
+
+# -- vocabulary in every shipped file -------------------------------------------------------------
+def test_nothing_export_pr_ships_names_this_repository():
+    """Every file of every exported commit (new files whole, the lines patches add, the unittests), built on the
+    pinned release as export-pr builds it, is free of the series' forbidden vocabulary (lint/vocabulary.py, also
+    run by `make check` through lint.gate)."""
+    from lint.vocabulary import findings
+
+    assert findings(REPO) == []
