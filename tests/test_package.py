@@ -130,10 +130,16 @@ def test_the_installed_package_ships_every_file_of_the_series_and_runs_export_pr
         have = sorted(p.relative_to(shipped).as_posix() for p in (shipped / top).rglob("*") if p.is_file())
         assert have == want, sorted(set(want) ^ set(have))
 
-    # an upstream checkout holding the pinned files the patch touches, in repo layout, tagged as the release
+    # an upstream checkout holding only the pinned files the patch touches, in repo layout, tagged as the release:
+    # enough for a patch whose PR prints no command needing more of upstream's tree (tests/test_export_pr.py
+    # exports every patch on whole checkouts)
+    from patchkit.pr.prdata import load_pr_data
+
     engine = Engine.from_repo(REPO)
-    name = next(n for n in engine.lock.upstreams if (engine.patches_root / n / "upstream-pr.toml").is_file())
-    up, patch = engine.lock.upstream(name), engine.series(name).patches[0]
+    name, patch = next((n, p) for n in engine.lock.upstreams for p in engine.series(n).patches
+                       if (data := load_pr_data(engine.patches_root / n)) and p.name in data.patches
+                       and not getattr(data.patches[p.name], "reproduce", None) and not p.trailer("Depends-On"))
+    up = engine.lock.upstream(name)
     checkout = tmp_path / "upstream"
     checkout.mkdir()
     _git(checkout, "init", "-q", "-b", "main")
@@ -185,3 +191,14 @@ def test_the_distribution_version_is_the_patch_set_version_pin_lock_gives(instal
     want = max(lock.patchsets.values(), key=version_key)
     dist = next(metadata.distributions(path=[str(site)]))
     assert (dist.metadata["Name"], dist.version) == ("dsv4-sm120-overlay", want)
+
+
+def test_where_the_lines_versions_differ_the_distribution_takes_the_highest(tmp_path):
+    from version import distribution_version
+
+    lock = tmp_path / "pin.lock"
+    lock.write_text('[line."0.5.14".patchset]\nversion = "0.1.10"\n\n[line."0.5.23".patchset]\nversion = "0.1.9"\n')
+    assert distribution_version(lock) == "0.1.10"         # by number, not by text, and not the newest line's
+    lock.write_text('[line."0.5.14".runtime]\ntorch = "2.11.0"\n')
+    with pytest.raises(ValueError, match=r'expected a \[line."NAME".patchset\] version .*, found none'):
+        distribution_version(lock)
