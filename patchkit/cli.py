@@ -124,8 +124,10 @@ def cmd_worktree(engine, args) -> int:
     dest = _worktree_dir(engine, args)
     series = engine.series(args.upstream)
     build_worktree(dest, series, engine.pristine(args.upstream, print), up.root, up.label)
-    print(f"{dest}: pristine {up.label} (tag 'pristine') + {len(series.patches)} patch commit(s).")
-    print(f"Edit and commit there (one commit per patch, trailers in the message), then: python apply.py export {args.upstream}")
+    print(f"{dest}: pristine {up.label} (tag 'pristine') + {len(series.patches)} patch commit(s), each with the "
+          f"overlay files it claims ({len(series.overlay_owner)} in all).")
+    print(f"Edit and commit there (one commit per patch, trailers in the message; an overlay file changes only in "
+          f"the commit that claims it), then: python apply.py export {args.upstream}")
     return 0
 
 
