@@ -70,7 +70,7 @@ TARGET_PYTHON = "3.12"
 # pip matches manylinux tags exactly: every tag a wheel of the closure carries is listed (x86_64 only).
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
-SLIMMED = {"sglang-kernel"}   # closure entries re-packed by serving/bundle_slim.py rather than carried whole
+SLIMMED = {"sglang-kernel", "transformers"}   # closure entries re-packed by serving/bundle_slim.py, not carried whole
 
 
 def say(msg: str) -> None:
@@ -219,9 +219,14 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
             dist = canonical_name(path.name.split("-")[0])
             source = {"file": path.name, "sha256": entry(path, path.name, "")["sha256"]}
             if dist in SLIMMED:
-                dest, dropped = bundle_slim.slim_kernel_wheel(path, payload / "wheels", gpu_cc)
+                if dist == "sglang-kernel":
+                    dest, dropped = bundle_slim.slim_kernel_wheel(path, payload / "wheels", gpu_cc)
+                    how = f"slimmed for compute capability {gpu_cc}"
+                else:
+                    dest, dropped = bundle_slim.slim_transformers_wheel(path, payload / "wheels")
+                    how = "slimmed to the model code the DeepSeek-V4 server path imports"
                 removed[dist] = dropped
-                why = (f"{why}; slimmed for compute capability {gpu_cc}: {len(dropped)} member(s) removed "
+                why = (f"{why}; {how}: {len(dropped)} member(s) removed "
                        f"({sum(d['size'] for d in dropped) / MIB:.0f} MiB unpacked), see 'removed'")
             else:
                 dest = payload / "wheels" / path.name
@@ -323,8 +328,12 @@ def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float
     for name, size in items[:10]:
         print(f"  {size / MIB:7.1f} MiB  {name}")
     for dist, dropped in manifest["removed"].items():
+        reasons: dict[str, list[dict]] = {}
         for d in dropped:
-            print(f"  removed from {dist}: {d['path']} ({d['size'] / MIB:.0f} MiB): {d['why']}")
+            reasons.setdefault(d["why"], []).append(d)
+        for why, ds in reasons.items():
+            what = ds[0]["path"] if len(ds) == 1 else f"{len(ds)} files"
+            print(f"  removed from {dist}: {what} ({sum(d['size'] for d in ds) / MIB:.1f} MiB): {why}")
     say(f"install on the GPU machine: python3 -m serving.bundle install {os.path.relpath(out, REPO)} --into SITE_ROOT")
     return carry_size(out)
 

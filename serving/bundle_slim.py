@@ -1,5 +1,7 @@
 """Re-pack wheels for the offline bundle: drop what the DeepSeek-V4 server never loads, store uncompressed.
 
+sglang-kernel and transformers are slimmed (the rules below); every other wheel is re-packed whole.
+
 sglang-kernel 0.4.4 is 615 MB on the index and 1.8 GB unpacked; almost all of it is code the DSv4 server
 never loads on the GPU the bundle is built for. The rules below name every dropped member and why; the
 manifest records them. A wheel re-packed here keeps its name and version (pip installs it as the same
@@ -32,6 +34,30 @@ def kernel_drop_reason(member: str, gpu_cc: int) -> str | None:
         if arch != keep and member.startswith(f"sgl_kernel/{arch}/"):
             return (f"common_ops for the other GPU family: sgl_kernel/load_utils.py loads "
                     f"sgl_kernel/{keep}/ on a compute capability {gpu_cc} GPU")
+    return None
+
+
+# transformers 5.8.1's models/ is 35 MB of its 42: every model's implementation, its modular_ sources and conversion
+# scripts. The DeepSeek-V4 server path (sglang's model registry imports every sglang model module at start) imports
+# the modeling_ modules of these models only; tests/test_serve_transformers_slim.py imports that path against the
+# pinned sglang (make test-serve) and fails on a modeling module not listed here.
+TRANSFORMERS_MODELING_KEPT = frozenset({
+    "auto", "clip", "glmasr", "llama", "llama4", "llava", "mistral3", "mllama", "parakeet", "pixtral", "qwen2",
+    "qwen2_5_vl", "qwen2_audio", "siglip", "vitdet", "whisper"})
+
+
+def transformers_drop_reason(member: str) -> str | None:
+    """Why `member` of the transformers wheel is left out of the bundle, or None to keep it (configurations,
+    tokenizers and processors of every model stay: AutoConfig / AutoTokenizer look them up by name)."""
+    parts = member.split("/")
+    if len(parts) != 4 or parts[:2] != ["transformers", "models"] or not parts[3].endswith(".py"):
+        return None
+    model, name = parts[2], parts[3]
+    if name.startswith(("modular_", "convert_")):
+        return ("modular source or conversion script: transformers' import structure skips both "
+                "(utils/import_utils.py create_import_structure_from_path), nothing imports them")
+    if name.startswith("modeling_") and model not in TRANSFORMERS_MODELING_KEPT:
+        return "a model implementation the DeepSeek-V4 server path does not import (bundle_slim.TRANSFORMERS_MODELING_KEPT)"
     return None
 
 
@@ -93,3 +119,9 @@ def slim_kernel_wheel(src: Path, out_dir: Path, gpu_cc: int) -> tuple[Path, list
     dest = Path(out_dir) / slimmed_name(Path(src).name, f"1slim{kernel_ops_dir(gpu_cc)}")
     removed = repack(Path(src), dest, drop=lambda m: kernel_drop_reason(m, gpu_cc))
     return dest, removed
+
+
+def slim_transformers_wheel(src: Path, out_dir: Path) -> tuple[Path, list[dict]]:
+    """The transformers wheel without the model code the DeepSeek-V4 server never imports; (path, removed members)."""
+    dest = Path(out_dir) / slimmed_name(Path(src).name, "1slimdsv4")
+    return dest, repack(Path(src), dest, drop=transformers_drop_reason)

@@ -449,3 +449,21 @@ def test_assemble_splits_a_deflated_wheel_into_the_payload_and_keeps_one_it_cann
     # --whole-wheels: every pinned wheel is a file of the bundle, nothing split
     _, manifest = build_standin(tmp_path, kernel_wheel, tiny_wheel, artifacts=[(tiny_wheel, "pinned")], whole_wheels=True)
     assert manifest["artifacts"] == [] and [f["path"] for f in manifest["files"]][0] == f"artifacts/{tiny_wheel.name}"
+
+
+def test_slim_transformers_drops_model_code_the_server_never_imports_and_keeps_the_rest(tmp_path):
+    members = {"transformers/__init__.py": b"", "transformers/modeling_utils.py": b"",
+               "transformers/models/llama/modeling_llama.py": b"kept: imported on the server path",
+               "transformers/models/llama/configuration_llama.py": b"", "transformers/models/auto/modeling_auto.py": b"",
+               "transformers/models/bert/modeling_bert.py": b"not imported", "transformers/models/bert/modular_bert.py": b"",
+               "transformers/models/bert/convert_bert_checkpoint.py": b"", "transformers/models/bert/configuration_bert.py": b"",
+               "transformers/models/bert/tokenization_bert.py": b"", "transformers/models/bert/__init__.py": b""}
+    (tmp_path / "dl").mkdir()
+    wheel = make_wheel(tmp_path / "dl", "transformers", "5.8.1", "py3-none-any", members)
+    slim, removed = bundle_slim.slim_transformers_wheel(wheel, tmp_path / "out")
+    assert slim.name == "transformers-5.8.1-1slimdsv4-py3-none-any.whl"
+    assert sorted(r["path"] for r in removed) == ["transformers/models/bert/convert_bert_checkpoint.py",
+                                                  "transformers/models/bert/modeling_bert.py",
+                                                  "transformers/models/bert/modular_bert.py"]
+    names = set(zipfile.ZipFile(slim).namelist())
+    assert set(members) - {r["path"] for r in removed} <= names and all(r["why"] for r in removed)
