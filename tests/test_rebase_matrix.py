@@ -79,3 +79,22 @@ def test_0_5_23_pins_follow_the_release_requirements(matrix):
     assert "flashinfer 0.6.12 -> 0.7.2" in moved and "flashinfer-python==0.7.2" in moved, moved
     assert "[runtime] torch 2.11.0 -> 2.14.1" in moved and "[runtime] triton 3.6.0 -> 3.8.0" in moved, moved
     assert matrix[0]["0.5.16"]["pins"]["flashinfer"] == "0.6.14"
+
+
+P3 = ("P3", "sglang", MODEL, r"MHC")
+
+
+@pytest.mark.slow
+def test_p3_is_partly_reached_where_the_fused_mhc_boundary_runs_and_not_before(matrix):
+    """Issue 36: P3's Unreached-If said "not reached" once the fused MHC post/pre is on by default; its code
+    still runs on the one hc_pre read the fusion leaves (layer 0's attention), as reach.toml records."""
+    name = f"sglang/{patch_of(SERIES, P3).name}"
+    late = result_of(_report(matrix, "0.5.23"), P3, SERIES)
+    assert late["partly"] == "1/86" and late["unreached"] == [], late
+    assert matrix[0]["0.5.23"]["cells"][name] == "conflict, partly reached (1/86)"
+    said = [d for d in late["detail"] if d.startswith("partly reached: 1 of 86 hc_pre calls")]
+    assert said and "not measured" in said[0] and "SGLANG_OPT_FUSE_MHC_POST_PRE" in said[0], late["detail"]
+    # 0.5.16: the fusion is off by default, every hc_pre call runs the patched code
+    early = result_of(_report(matrix, "0.5.16"), P3, SERIES)
+    assert early["partly"] == "" and "partly" not in matrix[0]["0.5.16"]["cells"][name], early
+    assert "partly reached (1/86)" in matrix[2].stdout and "1 of 86 hc_pre calls" in matrix[2].stdout

@@ -94,3 +94,17 @@ def test_make_rebase_takes_flashinfer_alone_and_force():
     assert "--to 0.5.23 --to flashinfer=0.7.2" in " ".join(proc.stdout.split()), proc.stdout
     usage = subprocess.run(["make", "-s", "-C", str(REPO), "rebase"], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage: make rebase" in usage.stdout + usage.stderr
+
+
+def test_the_report_and_the_saved_state_carry_the_forced_pin(tmp_path):
+    """What a forced rebase prints (its report) and keeps across --continue (state.json) name the requirement."""
+    from patchkit.rebase.run import format_report
+    from patchkit.rebase.state import RebaseState
+
+    _, moved = follow(LOCK, {"flashinfer": "0.7.4"}, {}, force=True)
+    state = RebaseState(False, [], moved=[m.line() for m in moved], forced={m.what: m.forced for m in moved if m.forced})
+    report = format_report(state)
+    assert "flashinfer 0.7.2 -> 0.7.4 (--to); forced: sglang 0.5.23 requires flashinfer-python==0.7.2" in report
+    assert "warning: --force took pins another pinned release does not accept:" in report, report
+    state.save(tmp_path)
+    assert RebaseState.load(tmp_path, list(LOCK.upstreams)).forced == state.forced

@@ -211,9 +211,11 @@ def has_markers(path: Path) -> bool:
 class Replayer:
     """Cherry-picks the old series' commits, one at a time, onto `main` of a rebase repo."""
 
-    def __init__(self, repo: Path, overlay_root: Path, keep: dict[str, str] | None = None):
+    def __init__(self, repo: Path, overlay_root: Path, keep: dict[str, str] | None = None,
+                 partly: dict | None = None):
         self.repo = Path(repo)
         self.keep = keep or {}                     # patch name -> why it is kept although superseded
+        self.partly = partly or {}                 # patch name -> reach.Partly (reach.toml next to the series)
         self.overlay_root = Path(overlay_root)     # the staged overlay (moves applied as we go)
         self.renames = release_renames(self.repo)
         self.scratch = self.repo / ".git" / "patchkit-hunk.patch"
@@ -365,6 +367,13 @@ class Replayer:
         out.unreached = self.reach(patch, trailers)
         conds = conditions_of(patch.trailers if trailers is None else trailers, f"{patch.name}: ")
         out.stale = stale_reasons([c.moved(self.renames) for c in conds], self._read)
+        partly = self.partly.get(patch.name)
+        out.partly = ""
+        if partly and partly.holds(self._read, self.renames):
+            # the recorded figure is more exact than the trailers' yes/no: it replaces their verdict
+            said = "; ".join(out.unreached + out.stale) or "reached"
+            out.partly, out.unreached, out.stale = partly.fraction, [], []
+            out.detail.append(f"partly reached: {partly.describe()} (its trailers said: {said})")
 
     def reach(self, patch: PatchFile, trailers: list[tuple[str, str]] | None = None) -> list[str]:
         """Unreached reasons of the patch's live conditions on the work tree (new release + series so far)."""

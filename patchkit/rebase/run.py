@@ -32,6 +32,7 @@ from ..worktree import export_series, roundtrip_differences, write_series
 from .backup import backup_problem, mirror, restore, snapshot
 from .undo import done_dir, keep_undo, undo
 from .pins import follow
+from .reach import load_partly
 from .requires import cached_wheel
 from .replay import Replayer, build_rebase_repo
 from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
@@ -62,9 +63,12 @@ def add_parser(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the report (or the matrix) as JSON")
     p.add_argument("--matrix", action="store_true",
                    help="dry-run the series onto the pin and every later release of the first upstream (each with "
-                        "the pins it requires); print the table and write docs/compat.md")
+                        "the pins it requires), and each other upstream's series onto its releases no such release "
+                        "requires yet; print the tables and write docs/compat.md")
     p.add_argument("--from", dest="after", metavar="VERSION", help="--matrix: only releases after VERSION")
-    p.add_argument("--releases", metavar="V1,V2", help="--matrix: only these releases (docs/compat.md is not written)")
+    p.add_argument("--releases", metavar="V1,NAME=V2",
+                   help="--matrix: only these releases (a bare version is the first upstream's; NAME=VERSION another "
+                        "upstream's own, the first held at its pin); docs/compat.md is not written")
     p.add_argument("--out", metavar="FILE", help="--matrix: write the table here instead of docs/compat.md")
     p.set_defaults(func=run)
 
@@ -227,6 +231,8 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
     if not dry_run and ((work / STATE).exists() or (work / REFRESHING).exists()):
         raise PatchkitError(f"a rebase is already in progress ({work}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
+    for name in engine.lock.upstreams:      # a bad reach.toml is refused before anything is written
+        load_partly(engine.series(name).directory, engine.series(name).patches)
     pins, moved = follow(engine.lock, targets, runtime or {}, force=force)
     for m in moved:
         if m.forced:
@@ -283,7 +289,8 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
     for entry in state.upstreams:
         up = engine.lock.upstream(entry.name)
         series = load_series(entry.name, src / "patches" / line, src / "overlay" / line, up.root)
-        replayer = Replayer(base / "repos" / entry.name, base / "overlay", state.keep)
+        replayer = Replayer(base / "repos" / entry.name, base / "overlay", state.keep,
+                            load_partly(src / "patches" / line / entry.name, series.patches))
         total = len(entry.patches)
         if not state.dry_run and entry.next < total:
             replayer.reset_to(entry.head)     # a kill after a commit but before its state write: redo that patch
@@ -340,7 +347,8 @@ def resume(engine: Engine, json_out: str | None) -> int:
         entry = state.entry(stop.upstream)
         up = engine.lock.upstream(stop.upstream)
         series = load_series(up.name, src / "patches" / line, src / "overlay" / line, up.root)
-        replayer = Replayer(base / "repos" / up.name, base / "overlay", state.keep)
+        replayer = Replayer(base / "repos" / up.name, base / "overlay", state.keep,
+                            load_partly(src / "patches" / line / up.name, series.patches))
         left = replayer.unresolved(stop.files)
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")
@@ -457,7 +465,7 @@ def format_report(state: RebaseState) -> str:
     outcomes = [(e, r) for e in state.upstreams for r in e.results]
     for e, r in outcomes:
         reached = ("NO" if r.unreached else "-" if r.result in (PENDING, UPSTREAM, DROPPED, SUPERSEDED)
-                   else "stale" if r.stale else "yes")
+                   else "stale" if r.stale else r.partly or "yes")
         rows.append([e.label, r.patch, r.result, reached])
         lines = r.detail + [f"no longer reached: {u}" for u in r.unreached]
         if lines:

@@ -60,6 +60,7 @@ class Outcome:
     stale: list[str] = field(default_factory=list)           # reach conditions that mean nothing here
     superseded: list[str] = field(default_factory=list)      # FILE:NAME of upstream code doing its job
     kept: str = ""                                           # why it is kept although superseded
+    partly: str = ""                                         # "calls/of" where reach.toml's figure holds
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -67,7 +68,11 @@ class Outcome:
     @classmethod
     def from_json(cls, data, check: _Checker) -> Outcome:
         what = "each result as {" + ", ".join(f.name for f in fields(cls)) + "}"
-        check.need(isinstance(data, dict) and set(data) == {f.name for f in fields(cls)}, what)
+        names = {f.name for f in fields(cls)}
+        # "partly" came later: a state saved before it has none
+        check.need(isinstance(data, dict) and set(data) in (names, names - {"partly"}), what)
+        data = {"partly": "", **data}
+        check.need(isinstance(data["partly"], str), what)
         check.need(isinstance(data["patch"], str) and isinstance(data["subject"], str)
                    and data["result"] in RESULTS and _strings(data["detail"]) and _strings(data["unreached"])
                    and _strings(data["conflicted"]) and isinstance(data["overlay_moves"], dict)

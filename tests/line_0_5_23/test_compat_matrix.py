@@ -1,6 +1,11 @@
 """`rebase --matrix` per release line: the 0.5.23 line's section of docs/compat.md, its pin column taken from
 `check` on 0.5.23 itself (so a patch that is not exact there shows, not an assumed "applies"), and the other
-lines' sections left byte for byte."""
+lines' sections left byte for byte.
+
+Issue 36 (4): the section also walks FlashInfer's own releases after the one sglang 0.5.23 pins (0.7.2.post1,
+0.7.4; sglang held at 0.5.23, as `--force` would), and P3 shows the part of its calls it is reached on, as the
+series' reach.toml records it, instead of a plain "applies".
+"""
 from __future__ import annotations
 
 import json
@@ -16,6 +21,8 @@ from tests.rebase_cases import repo_copy
 from tests.test_rebase import cli
 
 LINE = "0.5.23"
+P3 = "sglang/0002-dsv4-run-the-MHC-pre-mixing-linear-in-bf16-on-tensor.patch"
+PARTLY = "partly reached (1/86)"
 
 
 def _matrix(repo, *args):
@@ -24,18 +31,67 @@ def _matrix(repo, *args):
     return proc, (json.loads(out.read_text()) if out.is_file() else None)
 
 
-def test_the_line_applies_on_its_pin_as_docs_compat_md_says_and_the_other_sections_stay(tmp_path):
-    repo = repo_copy(tmp_path / "repo")
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """The whole 0.5.23 line, as `make`-free users regenerate it: pin column plus two FlashInfer dry runs."""
+    repo = repo_copy(tmp_path_factory.mktemp("compat") / "repo")
     (repo / "docs").mkdir()
     shutil.copy2(REPO / "docs" / "compat.md", repo / "docs" / "compat.md")
-    before = _sections((REPO / "docs" / "compat.md").read_text())
     proc, data = _matrix(repo)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return repo, proc, data
+
+
+@pytest.mark.slow   # two FlashInfer dry runs (0.7.2 -> 0.7.2.post1, 0.7.4): about two minutes on the CI machine
+def test_the_line_section_is_as_docs_compat_md_says_and_the_other_sections_stay(full):
+    repo, _, data = full
     pin = data["columns"][0]
-    assert pin["pin"] and pin["version"] == LINE and set(pin["cells"].values()) == {"applies"}, pin["cells"]
+    assert pin["pin"] and pin["version"] == LINE, pin
+    # every patch is exact on its pin; P3's code runs on the calls reach.toml says, the others' on every call
+    assert pin["cells"][P3] == PARTLY, pin["cells"]
+    assert {v for k, v in pin["cells"].items() if k != P3} == {"applies"}, pin["cells"]
+    before = _sections((REPO / "docs" / "compat.md").read_text())
     after = _sections((repo / "docs" / "compat.md").read_text())
-    assert parse_markdown((REPO / "docs" / "compat.md").read_text(), LINE) == parse_markdown(after[LINE])
+    assert after[LINE] == before[LINE], "docs/compat.md's 0.5.23 section differs from the matrix run"
     assert {k: v for k, v in after.items() if k != LINE} == {k: v for k, v in before.items() if k != LINE}
+
+
+@pytest.mark.slow
+def test_flashinfer_releases_after_the_pinned_one_have_their_own_columns(full):
+    repo, proc, data = full
+    [fi] = data["others"]
+    versions = [c["version"] for c in fi["columns"]]
+    # the pin, then every release newer than the one sglang 0.5.23 requires (0.7.2.post1 and 0.7.4 at least)
+    assert versions[0] == "0.7.2" and {"0.7.2.post1", "0.7.4"} <= set(versions[1:]), versions
+    assert fi["held"] == {"sglang": LINE} and fi["patches"] == [p for p in data["patches"] if p.startswith("flashinfer/")]
+    col = next(c for c in fi["columns"] if c["version"] == "0.7.4")
+    # each ran with sglang at its pin and --force, and says so
+    assert col["pins"] == {"sglang": LINE, "flashinfer": "0.7.4"}, col["pins"]
+    assert col["forced"] == {"flashinfer": "sglang 0.5.23 requires flashinfer-python==0.7.2"}, col
+    assert col["lead_requires"] == "sglang 0.5.23 requires 0.7.2", col
+    # P5 and P6 still apply on 0.7.4; P5 at an offset (its hunks 214 lines further down)
+    results = {r["patch"]: r for e in col["report"]["upstreams"] for r in e["results"]}
+    assert {r["result"] for r in results.values()} <= {"clean", "offset"} and len(results) == 2, results
+    assert set(col["cells"].values()) == {"applies"}, col["cells"]
+    assert any("offset" in d for r in results.values() for d in r["detail"]), results
+    committed = parse_markdown((REPO / "docs" / "compat.md").read_text(), LINE, "flashinfer")
+    assert {v: c["cells"] for v, c in zip(versions, fi["columns"])} == committed
+    assert "flashinfer 0.7.4<br>sglang 0.5.23 requires 0.7.2" in proc.stdout
+
+
+def test_p3_is_partly_reached_on_its_pin_with_the_recorded_figure(tmp_path):
+    """The pin column alone (no dry run): P3's cell and the figure's provenance under the table."""
+    repo = repo_copy(tmp_path / "repo")
+    proc, data = _matrix(repo, "--releases", LINE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert data["columns"][0]["cells"][P3] == PARTLY, data["columns"][0]["cells"]
+    assert "derived from the source, not measured" in data["partly"][P3], data["partly"]
+    note = [l for l in proc.stdout.splitlines() if l.startswith(f"- `{P3}`")]
+    assert note and "1 of 86 hc_pre calls" in note[0] and "Source: sglang 0.5.23 wheel" in note[0], proc.stdout[-2000:]
+    # without the figure the trailers' verdict stands
+    (repo / "patches" / LINE / "sglang" / "reach.toml").unlink()
+    proc, data = _matrix(repo, "--releases", LINE)
+    assert data["columns"][0]["cells"][P3] == "applies" and "Partly reached" not in proc.stdout
 
 
 def test_a_patch_not_exact_on_its_pin_fails_the_pin_column(tmp_path):
