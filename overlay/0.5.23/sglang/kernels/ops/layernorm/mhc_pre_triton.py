@@ -1,7 +1,7 @@
 """DeepSeek-V4 MHC-pre mixes in one bf16 tensor-core pass: mixes = (x @ hc_fn^T) * rsqrt(mean(x^2) + eps).
 
-Drop-in for the math of `hc_pre_torch_impl` (models/deepseek_v4.py), which sm_120 runs twice per
-layer: x [T, 16384] bf16 (the flattened 4 x 4096 hyper-connection residual), hc_fn [24, 16384] fp32.
+Drop-in for the math of `hc_pre_torch_impl` (models/deepseek_v4.py), for each hc_pre call that sm_120
+does not fuse: x [T, 16384] bf16 (the flattened 4 x 4096 hyper-connection residual), hc_fn [24, 16384] fp32.
 Upstream widens x to fp32 and runs an fp32 GEMM plus five elementwise/reduction kernels; at decode
 sizes that is launch- and CUDA-core-bound. Here a (token tile, K split) grid multiplies each K slice
 on tensor cores (bf16 operands: x as stored, hc_fn rounded to bf16 in registers; fp32 accumulation)
@@ -34,8 +34,7 @@ import triton.language as tl
 
 BLOCK_K = 128
 BLOCK_N = 32  # 24 mixes padded to the MMA's N granularity
-# K splits: about this many programs per SM over all token tiles. Graph route: 2 (the 2026-11-29
-# kernels). One-launch route: the last program of a tile adds every split's partials, so fewer,
+# K splits: about this many programs per SM over all token tiles. Graph route: 2. One-launch route: the last program of a tile adds every split's partials, so fewer,
 # longer splits below EAGER_LARGE_T tokens (measured: 0.5 -> 14.8 us, 2 -> 22.5 us at T = 1).
 GRAPH_PROGRAMS_PER_SM = 2
 EAGER_PROGRAMS_PER_SM = 0.5
