@@ -34,8 +34,9 @@ import triton.language as tl
 
 BLOCK_K = 128
 BLOCK_N = 32  # 24 mixes padded to the MMA's N granularity
-# K splits: about this many programs per SM over all token tiles. Graph route: 2. One-launch route: the last program of a tile adds every split's partials, so fewer,
-# longer splits below EAGER_LARGE_T tokens (measured: 0.5 -> 14.8 us, 2 -> 22.5 us at T = 1).
+# K splits: about this many programs per SM over all token tiles. Graph route: 2. One-launch route:
+# the last program of a tile adds every split's partials, so fewer, longer splits below EAGER_LARGE_T
+# tokens (measured: 0.5 -> 14.8 us, 2 -> 22.5 us at T = 1).
 GRAPH_PROGRAMS_PER_SM = 2
 EAGER_PROGRAMS_PER_SM = 0.5
 GRAPH_PDL = (
