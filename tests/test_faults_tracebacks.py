@@ -59,9 +59,9 @@ def test_class5_deeply_nested_rebase_state_is_a_one_line_error(demo):
                                             '[{"path": "../x", "size": 1, "sha256": "' + "0" * 64 + '"}], '
                                             '"payload": []}', "../x")], ids=["deep", "no-target", "climbs-out"])
 def test_class5_bundle_manifest_is_bounded_and_schema_checked(tmp_path, manifest, says):
-    from serving.bundle_manifest import MANIFEST, BundleError, read_manifest
+    from serving.bundle_manifest import FORMAT, MANIFEST, BundleError, read_manifest
 
-    (tmp_path / MANIFEST).write_text(manifest)
+    (tmp_path / MANIFEST).write_text(manifest.replace('"format": 1', f'"format": {FORMAT}'))   # the current format
     with pytest.raises(BundleError, match="manifest.json") as err:
         read_manifest(tmp_path)
     assert says in str(err.value) and "\n" not in str(err.value)
