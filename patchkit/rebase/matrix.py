@@ -88,7 +88,7 @@ def pin_cells(engine) -> dict[str, str]:
             cells[f"{f.upstream}/{f.item}"] = (FAILS_CHECK if f.errors else NOT_REACHED if f.warnings else APPLIES)
     for name in engine.lock.upstreams:
         series = engine.series(name)
-        partly = load_partly(series.directory, series.patches)
+        partly = load_partly(series.directory, series.patches, lambda _: None)     # build_matrix warns
         if not partly:
             continue
         chain, pristine = engine.chain(name), engine.pristine(name)
@@ -139,8 +139,9 @@ def _selection(names: list[str], only: list[str] | None) -> dict[str, list[str]]
 
 def _others(engine, start, progress, lead, columns, picked, cells) -> list[dict]:
     """Each other upstream's own releases beyond those the lead's columns require, the lead held at its pin."""
-    newest = max((c["version"] for c in columns), key=version_key, default=lead.version)
-    lead_reqs = requires_dist(lead.package, newest, lead.artifact)
+    leads = sorted({c["version"] for c in columns if not c.get("error")} | {lead.version}, key=version_key,
+                   reverse=True)
+    newest = leads[0]
     out = []
     for name, up in engine.lock.upstreams.items():
         if name == lead.name:
@@ -157,14 +158,23 @@ def _others(engine, start, progress, lead, columns, picked, cells) -> list[dict]
         if up.version in versions or picked is None:
             pin_column = {"version": up.version, "pin": True, "pins": {lead.name: lead.version, name: up.version},
                           "pins_moved": [], "cells": {p: cells[p] for p in patches}}
-        spec = requirement(lead_reqs, up.package)
         walked = _evaluate(engine, start, progress, name, versions, patches, pin_column, force=True)
         for c in walked:
-            c["lead_requires"] = (f"{lead.name} {newest} accepts it" if not spec or satisfies(c["version"], spec)
-                                  else f"{lead.name} {newest} requires {spec.lstrip('=')}")
+            c["lead_requires"] = _accepted_by(lead, leads, up.package, c["version"])
         out.append({"upstream": name, "held": {lead.name: lead.version}, "newest_lead": newest,
                     "patches": patches, "columns": walked})
     return out
+
+
+def _accepted_by(lead, leads: list[str], package: str, version: str) -> str:
+    """The newest lead release of the table whose requirement admits `package` `version`, or what the newest
+    one requires (`leads`: newest first)."""
+    for lv in leads:
+        spec = requirement(requires_dist(lead.package, lv, lead.artifact), package)
+        if not spec or satisfies(version, spec):
+            return f"{lead.name} {lv} accepts it"
+    spec = requirement(requires_dist(lead.package, leads[0], lead.artifact), package)
+    return f"{lead.name} {leads[0]} requires {spec.lstrip('=')}"
 
 
 def build_matrix(engine, start, progress, after: str | None = None, only: list[str] | None = None) -> dict:
@@ -180,7 +190,7 @@ def build_matrix(engine, start, progress, after: str | None = None, only: list[s
     columns = _evaluate(engine, start, progress, lead.name, versions, patches,
                         pin_column if not picked or lead.version in versions else None)
     partly = {f"{n}/{p}": r.describe() for n in names
-              for p, r in load_partly(engine.series(n).directory, engine.series(n).patches).items()}
+              for p, r in load_partly(engine.series(n).directory, engine.series(n).patches, progress).items()}
     return {"line": engine.lock.line, "lead": lead.name,
             "pin": {n: u.version for n, u in engine.lock.upstreams.items()},
             "patches": patches, "columns": columns,
@@ -228,7 +238,8 @@ def markdown(matrix: dict) -> str:
         text += [other_heading(name), "",
                  f"The {name} series dry-run onto its pin and each {name} release newer than any the {lead} "
                  f"releases above require, {lead} held at its pin {held} (as `rebase --to {name}=VERSION --force` "
-                 f"would; each column says what {lead} {o['newest_lead']} requires).", "",
+                 f"would); each column head names the newest {lead} release that accepts it, or what the newest, "
+                 f"{o['newest_lead']}, requires.", "",
                  *_table(o["patches"], o["columns"], lambda c, name=name: f"{name} {c['version']}"
                          + (" (pin)" if c.get("pin") else "") + f"<br>{c['lead_requires']}"), ""]
     text.append(LEGEND + ".")

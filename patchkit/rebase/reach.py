@@ -56,9 +56,10 @@ class Partly:
         return not stale_reasons(conds, read) and not unreached_reasons(conds, read)
 
 
-def load_partly(series_dir: Path, patches) -> dict[str, Partly]:
-    """patch file name -> its record, from series_dir/reach.toml ({} without one). Every record must name one
-    patch of `patches` by subject; anything else is refused in one line."""
+def load_partly(series_dir: Path, patches, warn) -> dict[str, Partly]:
+    """patch file name -> its record, from series_dir/reach.toml ({} without one). A malformed file or record
+    is refused in one line; a record whose subject no patch of `patches` has (the patch was dropped or
+    renamed) is left out, and `warn` is told which."""
     path = Path(series_dir) / FILE
     if not path.is_file():
         return {}
@@ -85,9 +86,13 @@ def load_partly(series_dir: Path, patches) -> dict[str, Partly]:
             raise PatchkitError(f"{where}: expected 0 < calls < of (a part of the calls), found "
                                 f"{entry['calls']} of {entry['of']}")
         hits = [p for p in patches if p.subject == entry["subject"]]
-        if len(hits) != 1:
+        if len(hits) > 1:
             raise PatchkitError(f"{where}: expected one patch of the series with the subject {entry['subject']!r}, "
-                                f"found {len(hits)} (fix or remove the entry)")
+                                f"found {len(hits)}")
+        if not hits:
+            warn(f"warning: {where}: no patch of the series has the subject {entry['subject']!r}; "
+                 "its figure is not used (fix or remove the entry)")
+            continue
         if hits[0].name in out:
             raise PatchkitError(f"{where}: expected one record per patch, found a second for {hits[0].name}")
         when = tuple(parse_condition("Reached-If", c, f"{where}: when: ") for c in entry["when"])

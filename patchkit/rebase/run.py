@@ -232,7 +232,7 @@ def start(engine: Engine, targets: dict[str, str], dry_run: bool, json_out: str 
         raise PatchkitError(f"a rebase is already in progress ({work}): "
                             "resolve and run 'rebase --continue', or 'rebase --abort'")
     for name in engine.lock.upstreams:      # a bad reach.toml is refused before anything is written
-        load_partly(engine.series(name).directory, engine.series(name).patches)
+        load_partly(engine.series(name).directory, engine.series(name).patches, _progress)
     pins, moved = follow(engine.lock, targets, runtime or {}, force=force)
     for m in moved:
         if m.forced:
@@ -290,7 +290,7 @@ def _drive(engine: Engine, base: Path, src: Path, state: RebaseState, json_out: 
         up = engine.lock.upstream(entry.name)
         series = load_series(entry.name, src / "patches" / line, src / "overlay" / line, up.root)
         replayer = Replayer(base / "repos" / entry.name, base / "overlay", state.keep,
-                            load_partly(src / "patches" / line / entry.name, series.patches))
+                            load_partly(src / "patches" / line / entry.name, series.patches, lambda _: None))
         total = len(entry.patches)
         if not state.dry_run and entry.next < total:
             replayer.reset_to(entry.head)     # a kill after a commit but before its state write: redo that patch
@@ -348,7 +348,7 @@ def resume(engine: Engine, json_out: str | None) -> int:
         up = engine.lock.upstream(stop.upstream)
         series = load_series(up.name, src / "patches" / line, src / "overlay" / line, up.root)
         replayer = Replayer(base / "repos" / up.name, base / "overlay", state.keep,
-                            load_partly(src / "patches" / line / up.name, series.patches))
+                            load_partly(src / "patches" / line / up.name, series.patches, _progress))
         left = replayer.unresolved(stop.files)
         if left:
             raise PatchkitError(f"rebase --continue: expected the conflicts resolved, found markers still in {', '.join(left)}")

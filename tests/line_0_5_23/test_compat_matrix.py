@@ -69,6 +69,7 @@ def test_flashinfer_releases_after_the_pinned_one_have_their_own_columns(full):
     assert col["pins"] == {"sglang": LINE, "flashinfer": "0.7.4"}, col["pins"]
     assert col["forced"] == {"flashinfer": "sglang 0.5.23 requires flashinfer-python==0.7.2"}, col
     assert col["lead_requires"] == "sglang 0.5.23 requires 0.7.2", col
+    assert fi["columns"][0]["lead_requires"] == "sglang 0.5.23 accepts it", fi["columns"][0]
     # P5 and P6 still apply on 0.7.4; P5 at an offset (its hunks 214 lines further down)
     results = {r["patch"]: r for e in col["report"]["upstreams"] for r in e["results"]}
     assert {r["result"] for r in results.values()} <= {"clean", "offset"} and len(results) == 2, results
