@@ -3,18 +3,20 @@
     python3 -m serving.bundle build [--out build/bundle] [--jit-cache DIR] [--gpu-cc 90]     # `make bundle`
     python3 -m serving.bundle install BUNDLE_DIR --into SITE_ROOT                           # on the GPU machine
     python3 -m serving.bundle env SITE_ROOT pinned|patched                                  # export lines for a shell
-    python3 -m serving.bundle carry-size [--bundle build/bundle]   # tree + bundle vs one device call (`make carry-size`)
+    python3 -m serving.bundle carry-size [--bundle build/bundle | --limit-only]   # 16 MiB spare? (`make carry-size`)
     python3 -m serving.bundle prebuild-jit --arch 9.0 --out build/jit-cache                 # serving/bundle_jit.py
 
 The GPU machine must already have the pinned runtime (pin.lock [runtime]: torch 2.11.0, triton 3.6.0) on
 CPython 3.12, x86_64. The bundle carries everything else the DeepSeek-V4 server imports (docs/gpu_box.md):
-the pinned sglang / flashinfer wheels (exactly the files `make apply` verifies), the wheel closure of
-serving/bundle_requirements.txt, sglang-kernel 0.4.4 without what the server never loads (serving/bundle_slim.py),
+the pinned sglang / flashinfer wheels (exactly the files `make apply` verifies; split into the payload and rebuilt
+byte for byte by install, serving/bundle_rezip.py), the wheel closure of serving/bundle_requirements.txt,
+sglang-kernel 0.4.4 and transformers 5.8.1 without what the server never loads (serving/bundle_slim.py),
 stand-ins for IPython and soundfile, and optionally a prebuilt tvm-ffi JIT cache. manifest.json lists every file
 with size, sha256 and why it is there, and every member removed from sglang-kernel.
 
 `install` checks every file against the manifest before it writes anything, then lays out SITE_ROOT:
 
+    SITE_ROOT/artifacts/       the pinned wheels, rebuilt and sha256-checked: a patchkit cache (PATCHKIT_CACHE=SITE_ROOT)
     SITE_ROOT/common/          the closure wheels + slim sglang-kernel (pip install --no-index --no-deps --target)
     SITE_ROOT/stubs/           the stand-ins the machine lacks
     SITE_ROOT/trees/pinned/    sglang + flashinfer unpacked from the pinned wheels (pristine)
@@ -199,12 +201,13 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
     try:
         staged = work / "bundle"
         payload = work / "payload"
-        (staged / "artifacts").mkdir(parents=True)
+        staged.mkdir(parents=True)
         files, members, removed, rebuilt = [], [], {}, []
         for path, why in artifacts:
             split = None if whole_wheels else bundle_rezip.split(path, payload / "artifacts")
             if split is None:
                 dest = staged / "artifacts" / path.name
+                dest.parent.mkdir(exist_ok=True)
                 shutil.copy2(path, dest)
                 files.append(entry(dest, f"artifacts/{path.name}", why))
                 continue
