@@ -61,11 +61,13 @@ $(VENV)/.installed: requirements-test.txt
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
-# The AOT gate under the 0.5.23 line's Triton (3.8): its own venv, since one venv holds one Triton.
-AOT_VENVS := .venv-triton38
-.venv-triton38/.installed: requirements-aot-triton38.txt
-	$(PYTHON) -m venv .venv-triton38
-	.venv-triton38/bin/python -m pip install -q -r requirements-aot-triton38.txt
+# The AOT gate under the 0.5.23 line's Triton (3.8) and under 3.9, which it follows ahead of any line
+# (harness/aot.py aot_runs): a venv each, since one venv holds one Triton; requirements-aot-tritonXY.txt makes
+# .venv-tritonXY.
+AOT_VENVS := .venv-triton38 .venv-triton39
+.venv-triton%/.installed: requirements-aot-triton%.txt
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install -q -r $<
 	touch $@
 
 # LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)

@@ -2,7 +2,8 @@
 
 Used by tests/test_mma_aot.py, tests/test_p3p4_aot.py, tests/test_hc_sinkhorn.py and
 bench/experiments/count_instructions.py. Compiles must not run under TRITON_INTERPRET (the numerics tests
-set it), so the tests compile in a subprocess: compile_in_subprocess.
+set it), so the tests compile in a subprocess: compile_in_subprocess. The gate runs under each release line's
+own Triton and under the releases it follows ahead of any line (aot_runs).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 # The P1 decode kernel's runtime specialisation in production: pointers 16-byte aligned; strides, widths,
@@ -40,13 +42,24 @@ def decode_constexprs(block_h: int, block_t: int, split: bool) -> dict:
                 POW2_PAGES=True, BLOCK_H=block_h, BLOCK_T=block_t, MMA_DTYPE=tl.bfloat16)
 
 
-def ptxas_report(ptx: str, arch: int, ptxas: Path | None = None) -> dict:
-    """Registers and spill bytes from `ptxas -v` on the PTX: the ptxas that ships with this Triton, or `ptxas`
-    (another release's, to tell its code generation from its assembler)."""
+def release_ptxas(arch: int) -> Path:
+    """The ptxas this Triton release assembles `arch` with, by the release's own rule: its NVIDIA backend's
+    get_ptxas(arch) (3.6 and 3.8: ptxas-blackwell from sm_100 on; 3.9: from sm_90 on, its older ptxas cannot
+    read the PTX 3.9 writes for sm_90), honouring TRITON_PTXAS_PATH / TRITON_PTXAS_BLACKWELL_PATH as it does."""
     import triton
+    from triton.backends.nvidia import compiler
 
-    tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
-    ptxas = ptxas or Path(triton.__file__).parent / "backends/nvidia/bin" / tool
+    get_ptxas = getattr(compiler, "get_ptxas", None)
+    if get_ptxas is None:
+        raise RuntimeError(f"triton {triton.__version__}: expected triton.backends.nvidia.compiler.get_ptxas(arch) "
+                           "(triton 3.6 and later), found none")
+    return Path(get_ptxas(arch).path)
+
+
+def ptxas_report(ptx: str, arch: int, ptxas: Path | None = None) -> dict:
+    """Registers and spill bytes from `ptxas -v` on the PTX: the ptxas this Triton compiles `arch` with
+    (release_ptxas), or `ptxas` (another release's, to tell its code generation from its assembler)."""
+    ptxas = ptxas or release_ptxas(arch)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
@@ -56,7 +69,11 @@ def ptxas_report(ptx: str, arch: int, ptxas: Path | None = None) -> dict:
         )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
-    log = proc.stderr
+    return parse_ptxas_log(proc.stderr)
+
+
+def parse_ptxas_log(log: str) -> dict:
+    """Registers and spill bytes from a `ptxas -v` log."""
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return {
@@ -68,8 +85,13 @@ def ptxas_report(ptx: str, arch: int, ptxas: Path | None = None) -> dict:
 
 def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
     """triton.compile for `arch` with every pointer and the `div16` arguments marked 16-divisible
-    (a Gluon kernel through GluonASTSource: same signature, explicit layouts)."""
+    (a Gluon kernel through GluonASTSource: same signature, explicit layouts). The kernel's `ptxas_log` is the
+    `ptxas -v` log of the very cubin Triton built (build_report)."""
+    import contextlib
+    import io
+
     import triton
+    from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
@@ -80,8 +102,25 @@ def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int,
     src = source_cls(
         fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
     )
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+    # Triton prints its own ptxas log (its ptxas, its flags: 3.8 on add --regAllocOptLevel=2) when asked, and
+    # only when it assembles: a cached kernel would give none, so compile afresh.
+    saved = knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile
+    knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = True, True
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                                    options=dict(num_warps=num_warps, num_stages=num_stages))
+    finally:
+        knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = saved
+    kernel.ptxas_log = log.getvalue()
+    return kernel
+
+
+def build_report(kernel) -> dict:
+    """Registers and spill bytes of the cubin Triton built (compile_kernel's ptxas log): the release's own
+    ptxas with the release's own flags, so the gate judges what would run."""
+    return parse_ptxas_log(kernel.ptxas_log)
 
 
 def compile_in_subprocess(module: str, root: Path, python: str | None = None, args: tuple = ()) -> list | dict:
@@ -108,31 +147,87 @@ def aot_venv(root: Path, release: str) -> Path:
     return root / f".venv-triton{release.replace('.', '')}"
 
 
-def triton_runtimes(root: Path) -> dict[str, tuple[str, Path | None]]:
-    """release line -> (its runtime's Triton release, a Python that has it, or None where none is installed):
-    this interpreter where its Triton is that release, else the line's AOT venv (aot_venv)."""
-    import triton
+def requirements_release(requirements: Path) -> str:
+    """The Triton release (major.minor) a requirements-aot-tritonXY.txt pins (its `triton==` line)."""
+    pins = [l.split("==", 1)[1].strip() for l in requirements.read_text().splitlines()
+            if l.replace(" ", "").startswith("triton==")]
+    if len(pins) != 1:
+        raise ValueError(f"{requirements.name}: expected one 'triton==X.Y.Z' line, found {len(pins)}")
+    return release_of(pins[0])
 
+
+@dataclass(frozen=True)
+class AotRun:
+    """One run of the AOT gate: release line `line`'s files under Triton `release`, with `python`, an
+    interpreter that has it (None where none is installed). `own`: the line's runtime (pin.lock [runtime]);
+    else a release no line runs yet, followed on the newest line's files (followed_releases)."""
+
+    line: str
+    release: str
+    python: Path | None
+    own: bool
+
+    @property
+    def name(self) -> str:
+        return f"line{self.line}" if self.own else f"line{self.line}-triton{self.release}"
+
+
+def followed_releases(root: Path) -> list[str]:
+    """Triton releases the gate follows ahead of any line: each requirements-aot-tritonXY.txt whose release no
+    line of pin.lock runs (a newer Triton users may install under the newest line)."""
     from patchkit.lockfile import load_lock, lock_lines
 
-    out = {}
-    for line in lock_lines(root / "pin.lock"):
+    own = {release_of(load_lock(root / "pin.lock", line).runtime["triton"]) for line in lock_lines(root / "pin.lock")}
+    found = {requirements_release(req) for req in root.glob("requirements-aot-triton*.txt")}
+    return sorted(found - own, key=lambda r: tuple(map(int, r.split("."))))
+
+
+def _python_with(root: Path, release: str) -> Path | None:
+    """This interpreter where its Triton is `release`, else that release's AOT venv, else None."""
+    import triton
+
+    if release_of(triton.__version__) == release:
+        return Path(sys.executable)
+    python = aot_venv(root, release) / "bin" / "python"
+    return python if python.is_file() else None
+
+
+def aot_runs(root: Path) -> list[AotRun]:
+    """Every run of the gate: each release line under its runtime's Triton, then each followed release on the
+    newest line's files."""
+    from patchkit.lockfile import load_lock, lock_lines
+
+    lines = lock_lines(root / "pin.lock")
+    runs = []
+    for line in lines:
         release = release_of(load_lock(root / "pin.lock", line).runtime["triton"])
-        python = aot_venv(root, release) / "bin" / "python"
-        out[line] = (release, Path(sys.executable) if release_of(triton.__version__) == release
-                     else python if python.is_file() else None)
-    return out
+        runs.append(AotRun(line, release, _python_with(root, release), own=True))
+    for release in followed_releases(root):
+        runs.append(AotRun(lines[-1], release, _python_with(root, release), own=False))
+    return runs
 
 
-def compile_for_line(module: str, root: Path, line: str, args: tuple = ()) -> dict:
-    """compile_in_subprocess under release line `line`'s own Triton (triton_runtimes): a pytest skip naming the
-    venv to build where no Python has it, and an error if the run's Triton is not that release."""
+def compile_for_run(module: str, root: Path, run: AotRun, args: tuple = ()) -> dict:
+    """compile_in_subprocess under the run's Triton (aot_runs): a pytest skip naming the venv to build where no
+    Python has it, and an error if the run's Triton is not that release."""
     import pytest
 
-    release, python = triton_runtimes(root)[line]
-    if python is None:
-        pytest.skip(f"no Python with triton {release} for the {line} line: make {aot_venv(root, release).name}"
+    if run.python is None:
+        pytest.skip(f"no Python with triton {run.release} for {run.name}: make {aot_venv(root, run.release).name}"
                     "/.installed (make test builds it)")
-    result = compile_in_subprocess(module, root, str(python), args)
-    assert release_of(result["triton"]) == release, f"expected triton {release}, the run had {result['triton']}"
+    result = compile_in_subprocess(module, root, str(run.python), args)
+    assert release_of(result["triton"]) == run.release, (
+        f"expected triton {run.release}, the run had {result['triton']}")
     return result
+
+
+def error_text(exc: BaseException) -> str:
+    """One line saying why a kernel did not build: the innermost cause of the exception (a Triton
+    CompilationError ends in a source excerpt and a '^' marker; the error itself is in its innermost cause's
+    error_message)."""
+    inner = exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    message = getattr(inner, "error_message", None) or str(inner)
+    lines = [l.strip() for l in str(message).splitlines() if l.strip().strip("^").strip()]
+    return f"{type(inner).__name__}: {lines[-1] if lines else repr(inner)}"[:300]

@@ -1,26 +1,33 @@
 """P1: every MMA decode config compiles ahead of time for sm_120 and sm_90, on the CPU, under each release
-line's own Triton (0.5.14: triton 3.6, this venv; 0.5.23: triton 3.8, `.venv-triton38`, which `make test` builds).
+line's own Triton (0.5.14: triton 3.6, this venv; 0.5.23: triton 3.8, `.venv-triton38`, which `make test` builds)
+and under the Triton the gate follows ahead of any line (3.9, `.venv-triton39`, on the 0.5.23 line's file:
+harness.aot.aot_runs).
 
 sm_120 (RTX PRO 6000 / 5090) gives a block at most 101376 bytes of shared memory and has
 mma.sync only (no wgmma); Triton's metadata reports the shared memory, and the ptxas that ships with
-Triton (`-v`) reports registers and spills. Compiles run in a subprocess so this process's
-TRITON_INTERPRET setting (the numerics tests use the interpreter) cannot leak in, and so another
-line's Triton can run them. The Gluon kernel is built only on the Triton releases the overlay names
-(GLUON_TRITON_RELEASES); on any other the gate shows that it does not build and that the dispatcher of
-that very runtime picks the Triton kernel for Gluon's shapes.
+Triton reports registers and spills (`-v`: its log of the very cubin Triton built, the release's own ptxas
+and flags).
+Compiles run in a subprocess so this process's TRITON_INTERPRET setting (the numerics tests use the
+interpreter) cannot leak in, and so another line's Triton can run them. The Gluon kernel is built only on the Triton releases the overlay names
+(GLUON_TRITON_RELEASES); on any other the gate shows that it does not build (recording the build error's
+text) and that the dispatcher of that very runtime picks the Triton kernel for Gluon's shapes.
 The compile helpers and the production specialisation are harness/aot.py's (bench/experiments/
 count_instructions.py compiles the same).
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from harness.aot import (DIV16, MAIN_SIGNATURE, aot_venv, compile_for_line, compile_kernel, decode_constexprs,
-                         ptxas_report, triton_runtimes)
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from harness.aot import (DIV16, MAIN_SIGNATURE, aot_runs, aot_venv, build_report, compile_for_run, compile_kernel,
+                         decode_constexprs, error_text, requirements_release)
 from harness.upstream import extract_functions, load_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +50,18 @@ def overlay_of(line: str) -> Path:
     return path
 
 
+@gluon.jit
+def _calls_a_missing_builtin(x_ptr):
+    gl.no_such_builtin(x_ptr)
+
+
+@gluon.jit
+def _broken_gluon_kernel(x_ptr):
+    # The error sits one call deep, as the shipped kernel's did under 3.8 and 3.9: the outer CompilationError's
+    # text then ends in a source excerpt and its '^' marker.
+    _calls_a_missing_builtin(x_ptr)
+
+
 def gluon_constexprs(config: tuple, split: bool) -> dict:
     """The Gluon decode kernel's constexprs in the production specialisation."""
     block_t, stages, warps, q_smem, bits, dq = config
@@ -62,7 +81,7 @@ def _compile_all(overlay: Path) -> dict:
         k = compile_kernel(fn, signature, constexprs, div16, num_warps, num_stages, arch)
         ptx = k.asm["ptx"]
         return {"shared": k.metadata.shared, "wgmma": "wgmma" in ptx, "mma_sync": "mma.sync" in ptx,
-                **ptxas_report(ptx, arch)}
+                **build_report(k)}
 
     gluon_probe = None
     # What this runtime's dispatcher can pick: the tuned table less the release's substitutes (their stand-ins
@@ -91,7 +110,7 @@ def _compile_all(overlay: Path) -> dict:
                               DIV16, launch[2], 1, arch)
                         gluon_probe = "built"
                     except Exception as exc:   # the probe's whole point: which error this Triton gives
-                        gluon_probe = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
+                        gluon_probe = error_text(exc)
                 continue
             for split in (False, True):
                 for suffix, over in CACHE_VARIANTS.items():
@@ -104,7 +123,13 @@ def _compile_all(overlay: Path) -> dict:
             const = dict(HAS_SINK=True, BLOCK_H=cbh, BLOCK_D=cbd, SPLITS_AT_ONCE=at_once)
             info = build(mod._combine_splits_kernel, COMBINE_SIGNATURE, const, ["H"], cwarps, 1, arch)
             rows.append({"arch": arch, "kernel": label, **info})
+    try:
+        compile_kernel(_broken_gluon_kernel, dict(x_ptr="*fp32"), {}, [], 4, 1, 120)
+        broken_probe = "built"
+    except Exception as exc:   # what error_text makes of a real build error under this Triton
+        broken_probe = error_text(exc)
     return {"triton": triton.__version__, "gluon_builds": mod.gluon_builds(), "gluon_probe": gluon_probe,
+            "broken_probe": broken_probe,
             "tuned": mod.tuned_for(), "untuned_config": mod.UNTUNED_RELEASE_CONFIG, "substitutes": substitutes,
             "untuned_picks": sorted({mod.pick_config(h, b) for h in (8, 16, 64, 128) for b in (1, 16, 64, 128)}),
             "pick": {"gluon_shape": mod.pick_config(*GLUON_SHAPE), "gluon_config": mod.GLUON_CONFIG,
@@ -112,13 +137,13 @@ def _compile_all(overlay: Path) -> dict:
             "rows": rows}
 
 
-RUNTIMES = triton_runtimes(REPO)
+RUNS = aot_runs(REPO)
 
 
-@pytest.fixture(scope="module", params=sorted(RUNTIMES), ids=lambda line: f"line{line}")
+@pytest.fixture(scope="module", params=RUNS, ids=lambda run: run.name)
 def compiled(request) -> dict:
-    line = request.param
-    return {**compile_for_line(__name__, REPO, line, (overlay_of(line),)), "line": line}
+    run = request.param
+    return {**compile_for_run(__name__, REPO, run, (overlay_of(run.line),)), "line": run.line}
 
 
 def test_every_shipped_config_compiles_for_both_archs(compiled):
@@ -144,7 +169,15 @@ def test_gluon_is_used_exactly_on_the_triton_releases_it_builds_on(compiled):
         assert compiled["gluon_probe"] not in (None, "built"), (
             f"the Gluon kernel builds under triton {compiled['triton']}: gate it and list the release in "
             "GLUON_TRITON_RELEASES")
+        # The gate keeps why it does not build: an error name and its message, not a bare source marker.
+        assert re.fullmatch(r"\w+: .*[A-Za-z]{3}.*", compiled["gluon_probe"]), compiled["gluon_probe"]
         assert pick["gluon_shape"] == pick["triton_config"] != pick["gluon_config"], compiled
+
+
+def test_a_build_error_is_recorded_by_its_text(compiled):
+    """error_text digs the message out of a real CompilationError under this Triton (the outer one ends in '^')."""
+    probe = compiled["broken_probe"]
+    assert probe.startswith("CompilationError: ") and "no_such_builtin" in probe, probe
 
 
 def test_sm120_shared_memory_fits(compiled):
@@ -188,18 +221,31 @@ def test_tuned_releases_agree_with_the_gate(compiled):
 
 
 def test_each_aot_venv_pins_the_triton_of_its_lines():
-    """requirements-aot-tritonXY.txt installs exactly the Triton pin.lock gives the lines of release X.Y."""
+    """requirements-aot-tritonXY.txt installs exactly the Triton pin.lock gives the lines of release X.Y; a file
+    whose release no line runs is a followed release, gated on the newest line (a run of its own above)."""
     from patchkit.lockfile import load_lock
 
     files = sorted(REPO.glob("requirements-aot-triton*.txt"))
     assert files
     for req in files:
         pins = dict(l.split("==", 1) for l in req.read_text().splitlines() if "==" in l and not l.startswith("#"))
-        lines = [line for line, (release, _) in RUNTIMES.items() if aot_venv(REPO, release).name.endswith(
-            req.stem.removeprefix("requirements-aot-"))]
-        assert lines, f"{req.name}: no line of pin.lock runs this Triton"
-        for line in lines:
-            assert pins["triton"] == load_lock(REPO / "pin.lock", line).runtime["triton"], (req.name, line)
+        release = requirements_release(req)
+        assert aot_venv(REPO, release).name == ".venv-" + req.stem.removeprefix("requirements-aot-"), req.name
+        runs = [run for run in RUNS if run.release == release]
+        assert runs, f"{req.name}: no run of the gate uses triton {release}"
+        for run in runs:
+            if run.own:
+                assert pins["triton"] == load_lock(REPO / "pin.lock", run.line).runtime["triton"], (req.name, run)
+
+
+def test_make_test_builds_every_aot_venv():
+    """`make test` builds the venv of every requirements-aot-tritonXY.txt (AOT_VENVS, by the one pattern rule), so
+    no run of the gate is skipped in CI for want of its Triton."""
+    makefile = (REPO / "Makefile").read_text()
+    listed = re.search(r"^AOT_VENVS\s*:=(.*)$", makefile, re.M).group(1).split()
+    wanted = sorted(aot_venv(REPO, requirements_release(req)).name for req in REPO.glob("requirements-aot-triton*.txt"))
+    assert sorted(listed) == wanted, listed
+    assert re.search(r"^\.venv-triton%/\.installed: requirements-aot-triton%\.txt$", makefile, re.M)
 
 
 if __name__ == "__main__":

@@ -1205,11 +1205,11 @@ def shape_rule(sms: Optional[int] = None) -> ShapeRule:
 
 
 # Triton releases (major.minor) whose Gluon API builds the Gluon kernel for sm_120 and sm_90 ahead of
-# time: the release lines' (3.6, 3.8). Gluon is experimental and its API moves between
-# releases (3.8 renamed thread_barrier: _cta_barrier), so on any other release every shape takes the Triton
-# kernel: decided here by version, never by catching a failed compile inside a running server (or a CUDA-graph
-# capture).
-GLUON_TRITON_RELEASES = ("3.6", "3.8")
+# time: 3.6, 3.8 and 3.9. Gluon is experimental and its API moves between releases (3.8 renamed
+# thread_barrier: _cta_barrier; 3.9 removed async_copy_global_to_shared: _async_load), so on any other release
+# every shape takes the Triton kernel: decided here by version, never by catching a failed compile inside a
+# running server (or a CUDA-graph capture).
+GLUON_TRITON_RELEASES = ("3.6", "3.8", "3.9")
 
 
 def gluon_builds(triton_version: str = triton.__version__) -> bool:
@@ -1217,13 +1217,14 @@ def gluon_builds(triton_version: str = triton.__version__) -> bool:
     return _release(triton_version) in GLUON_TRITON_RELEASES
 
 
-# Triton releases (major.minor) whose ahead-of-time sm_120 / sm_90 builds were checked, the release lines' (3.6, 3.8),
+# Triton releases (major.minor) whose ahead-of-time sm_120 / sm_90 builds were checked (3.6, 3.8, 3.9),
 # each with the configs it replaces there because they spill there. The shape table was measured under 3.6. Under
-# 3.8 h16_t64_w8 keeps an 8-byte spill on sm_90 (sm_120 is clean), so 16 x 32 serves its shapes. On any other
+# 3.8 h16_t64_w8 keeps an 8-byte spill on sm_90 (sm_120 is clean), so 16 x 32 serves its shapes; under 3.9 every
+# config builds without spills (its speed there is not measured yet). On any other
 # release every shape takes UNTUNED_RELEASE_CONFIG, the config with the most register headroom (the only one that
 # built clean under 3.8 before the alignment hint in _load_tile).
 # Decided by version, like Gluon: never by a failed compile or a spill found at run time.
-TUNED_TRITON_RELEASES = {"3.6": {}, "3.8": {"h16_t64_w8": "h16_t32_w8"}}
+TUNED_TRITON_RELEASES = {"3.6": {}, "3.8": {"h16_t64_w8": "h16_t32_w8"}, "3.9": {}}
 UNTUNED_RELEASE_CONFIG = "h16_t16_w8"
 
 
