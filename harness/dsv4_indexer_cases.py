@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import math
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -107,14 +108,33 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS, sm120: bool | N
     inner = next(n for n in method.body if isinstance(n, ast.FunctionDef) and n.name == "hc_pre_torch_impl")
     inner.decorator_list = []
     used = {x.id for x in ast.walk(inner) if isinstance(x, ast.Name)}
-    flags = [n for name, n in top_level_defs(tree).items() if name in used and isinstance(n, ast.Assign)]
+    defs = top_level_defs(tree)
+    flags = [n for name, n in defs.items() if name in used and isinstance(n, ast.Assign)]
+    # the module-level functions those flags call (0.5.14's device check), with their own helpers
+    called = {x.id for f in flags for x in ast.walk(f) if isinstance(x, ast.Name)}
+    helpers = [n for n in defs.values() if isinstance(n, ast.FunctionDef)
+               and any(n is h for c in called if isinstance(defs.get(c), ast.FunctionDef)
+                       for h in _with_local_helpers(defs, c))]
+    probe = lambda: sm120  # noqa: E731
     namespace = {"torch": torch, "F": F, "os": __import__("os"), "envs": tree_envs(root),
                  "self": types.SimpleNamespace(rms_norm_eps=rms_norm_eps),
-                 "is_sm120_supported": lambda: sm120, "get_platform": lambda: types.SimpleNamespace(is_sm120=sm120)}
+                 "is_sm120_supported": probe, "get_platform": lambda: types.SimpleNamespace(is_sm120=sm120)}
     kernel_file = mhc_pre_file(root)
     if kernel_file.is_file():
         namespace["mhc_pre_mixes"] = load_module(kernel_file).mhc_pre_mixes
-    exec(compile(ast.Module(body=flags + [inner], type_ignores=[]), str(path), "exec"), namespace)
+    # A helper that imports the device check where it runs (`from sglang.srt.utils.common import
+    # is_sm120_supported`) gets the same answer: that module alone, only while the flags are evaluated.
+    common = types.ModuleType("sglang.srt.utils.common")
+    common.is_sm120_supported = probe
+    saved = sys.modules.get(common.__name__)
+    sys.modules[common.__name__] = common
+    try:
+        exec(compile(ast.Module(body=helpers + flags + [inner], type_ignores=[]), str(path), "exec"), namespace)
+    finally:
+        if saved is None:
+            sys.modules.pop(common.__name__, None)
+        else:
+            sys.modules[common.__name__] = saved
     return namespace["hc_pre_torch_impl"]
 
 
