@@ -249,7 +249,7 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
                             f"commit touches, found {'none for ' + ', '.join(missing) if missing else 'lines for files it does not touch: ' + ', '.join(extra)}")
     files = {prefix + rel: data_ for rel, data_ in change.items()}
     where = f"export-pr: {patch.name}: {data.path}"
-    pr = stated(pr, fact_values(pr.facts, lambda rel: change.get(rel) if rel in change else None, where), where)
+    pr = stated(pr, fact_values(pr.facts, change.get, where), where)   # {facts} read from the shipped files
     listing = [(prefix + rel, pr.modifications[rel]) for rel in change]
     test_command = ""
     if pr.test_file is not None:

@@ -1,7 +1,8 @@
 """`apply.py export-pr` on the 0.5.23 line: every exportable patch of the line becomes one upstream-ready commit
 on a checkout of the real 0.5.23 release, with the line's own PR text (patches/0.5.23/*/upstream-pr.toml) and
 unittest, nothing of this repository's vocabulary in any file it ships; the README's names (P1, P3) select
-the patches, and a wrong name lists them. The test is tests/test_export_pr.py's, collected here so its
+the patches, and a wrong name lists them. The tests are tests/test_export_pr.py's (its refusals of a cited
+path and an unrunnable command are line-independent and run once, there), collected here so its
 fixtures and the command take this line (tests/conftest.py: PATCHKIT_LINE per test).
 
 The unittests' CPU part is not run here: 0.5.23's `sglang.kernels` package imports server dependencies
@@ -9,9 +10,7 @@ The unittests' CPU part is not run here: 0.5.23's `sglang.kernels` package impor
 from tests.test_export_pr import (  # noqa: F401  (fixtures and the test, collected for this line)
     checkouts,
     overlay_repo,
-    test_a_printed_command_must_run_in_the_upstream_checkout,
     test_every_patch_exports_as_one_upstream_commit_on_main,
-    test_no_exported_file_cites_this_repository,
     test_refuses_unknown_or_ambiguous_patch_listing_what_there_is,
     test_the_readme_names_export_pr_accepts,
 )
