@@ -62,6 +62,9 @@ _g_pow2 = _m._g_pow2
 _g_finish_rows = _m._g_finish_rows
 _cta_barrier = _m._cta_barrier  # gl.thread_barrier in triton 3.6, gl.barrier in 3.8
 _async_load = _m._async_load  # async_copy_global_to_shared in triton 3.6, async_load from 3.8 (3.9: only it)
+# A shared-memory view as another type: ._reinterpret up to triton 3.8, .reinterpret from 3.9 (the private name is
+# gone); a constexpr branch, so the build of the other releases is unchanged.
+_PUBLIC_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
 # (BLOCK_T, STAGES, MMA_GROUPS, LOAD_WARPS, LOAD_REGS, MMA_REGS): experiment configs, not shipped.
 WS_CONFIGS = {
@@ -277,8 +280,12 @@ def _ws_mma_default(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
         ROWS: gl.constexpr = gl.SliceLayout(1, MMA)
         mbarrier.wait(done.index(0), 0)
-        x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-        y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        if _PUBLIC_REINTERPRET:
+            x = kbf_s.index(1).reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+            y = rope_s.index(1).reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        else:
+            x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+            y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
         m_o = y.slice(0, BLOCK_H).load(ROWS)
         l_o = y.slice(BLOCK_H, BLOCK_H).load(ROWS)
         m_n = gl.maximum(m_i, m_o)
@@ -311,8 +318,12 @@ def _ws_mma_worker(q_s, kbf_s, rope_s, sc_s, full, empty, done, row, start, end,
         q_s, kbf_s, rope_s, sc_s, full, empty, row, start, end, n_main, n_tiles,
         main_idx, main_idx_stride, extra_idx, extra_idx_stride, qk_scale_log2, HAS_EXTRA, BLOCK_T, STAGES,
         1, MMA_GROUPS, PROBE)
-    x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-    y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    if _PUBLIC_REINTERPRET:
+        x = kbf_s.index(1).reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        y = rope_s.index(1).reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    else:
+        x = kbf_s.index(1)._reinterpret(gl.float32, [8 * BLOCK_H, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        y = rope_s.index(1)._reinterpret(gl.float32, [BLOCK_T * 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     x.slice(0 * BLOCK_H, BLOCK_H).store(acc0)
     x.slice(1 * BLOCK_H, BLOCK_H).store(acc1)
     x.slice(2 * BLOCK_H, BLOCK_H).store(acc2)
@@ -520,7 +531,7 @@ def ws_sparse_decode(q, k_cache, indices, topk_length, attn_sink, softmax_scale,
 def aot_rows(archs=(120, 90), names=None, cache_variants=None) -> list[dict]:
     """Compile every WS config (split and unsplit, both caches and one) as tests/test_mma_aot.py compiles the
     shipped kernels; with SASS counts of the MMA loop (count_instructions.py's method)."""
-    from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, ptxas_report
+    from harness.aot import DIV16, MAIN_SIGNATURE, build_report, compile_kernel
     from bench.experiments.count_instructions import main_loop_mix, sass
 
     cache_variants = cache_variants or {"": {}, "/one-cache": dict(HAS_EXTRA=False, HAS_EXTRA_LEN=False)}
@@ -536,7 +547,7 @@ def aot_rows(archs=(120, 90), names=None, cache_variants=None) -> list[dict]:
                     mix.pop("top", None)
                     rows.append({"arch": arch, "kernel": f"ws/{name}/split={split}{suffix}",
                                  "shared": k.metadata.shared, "num_warps": k.metadata.num_warps,
-                                 **ptxas_report(k.asm["ptx"], arch),
+                                 **build_report(k),
                                  "wgmma": "wgmma" in k.asm["ptx"], "mma_sync": "mma.sync" in k.asm["ptx"],
                                  "setmaxnreg": "setmaxnreg" in k.asm["ptx"], "loop": mix})
     return rows
