@@ -1,4 +1,4 @@
-"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND (default still flashinfer).
+"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND, and (sglang 0003) its default.
 
 Red on pristine 0.5.23 and green patched, against the trees' real files (tests/line_0_5_23/p1_tree.py):
 - the selector documents mma; the dispatcher with mma runs the overlay MMA kernel (TRITON_INTERPRET=1)
@@ -28,10 +28,21 @@ def _decode(module, case):
 
 
 
-def test_default_stays_flashinfer(patched_root):
-    envs = T.import_from_tree(patched_root, "sglang.srt.environ").envs
-    field = type(envs).__dict__[T.SELECTOR]
-    assert field.default == "flashinfer"
+def selector_default(root) -> str:
+    envs = T.import_from_tree(root, "sglang.srt.environ").envs
+    return type(envs).__dict__[T.SELECTOR].default
+
+
+def test_the_default_is_mma_once_patched(pristine_root, patched_root):
+    """sglang 0003: mma is the default where the decode bench's rule held under this release's Triton
+    (BENCHMARKS.md, 2026-12-04 run); the release's own default is flashinfer."""
+    assert selector_default(pristine_root) == "flashinfer"
+    assert selector_default(patched_root) == "mma"
+
+
+@pytest.mark.parametrize("backend", ["flashinfer", "triton", "torch"])
+def test_the_releases_backends_stay_selectable(patched_root, backend):
+    assert T.dispatcher(patched_root, backend)._sm120_default_backend == backend
 
 
 def test_pristine_mma_is_not_a_backend(pristine_root):
