@@ -8,6 +8,9 @@ TARGET_ARG := $(if $(TARGET),--target '$(subst ','\'',$(TARGET))',)
 # LINE=NAME: the release line (pin.lock [line."NAME"]); empty: the newest (check: every line)
 LINE ?=
 LINE_ARG := $(if $(LINE),--line $(LINE),)
+# DISCARD_EDITS=1: apply / revert rewrite hand-edited files of the target from the pinned release (--discard-edits)
+DISCARD_EDITS ?=
+DISCARD_ARG := $(if $(DISCARD_EDITS),--discard-edits,)
 
 .PHONY: apply status revert check test test-gpu carry bench clean help rebase rebase-continue rebase-abort pr
 
@@ -37,13 +40,13 @@ help:
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
 apply:
-	$(PYTHON) apply.py apply $(LINE_ARG) $(TARGET_ARG)
+	$(PYTHON) apply.py apply $(LINE_ARG) $(TARGET_ARG) $(DISCARD_ARG)
 
 status:
 	$(PYTHON) apply.py status $(LINE_ARG) $(TARGET_ARG)
 
 revert:
-	$(PYTHON) apply.py revert $(LINE_ARG) $(TARGET_ARG)
+	$(PYTHON) apply.py revert $(LINE_ARG) $(TARGET_ARG) $(DISCARD_ARG)
 
 # The lint gate (lint/gate.py): upstream's formatters and linters, at the versions lint/settings.toml documents,
 # on the overlay files and the lines the patches add. Its own venv: the pinned tools from pip's configuration.
