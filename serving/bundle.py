@@ -139,6 +139,31 @@ def pip_download(requirements: Path, dest: Path, python_version: str) -> None:
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 
+def closure_runtime(path: Path = REQUIREMENTS) -> tuple[str, str]:
+    """(torch, triton) the closure is written for: its '# runtime: torch==X triton==Y' line."""
+    m = re.search(r"^# runtime: torch==(\S+) triton==(\S+)", path.read_text(), re.M)
+    if not m:
+        raise BundleError(f"{path.name}: expected a '# runtime: torch==X triton==Y' line, found none")
+    return m.group(1), m.group(2)
+
+
+def bundle_line(line: str | None, path: Path = REQUIREMENTS) -> str:
+    """The release line a bundle is built for: the one whose pinned runtime is the closure's (no LINE given), or
+    LINE if its runtime is the closure's; else one line saying which line would do."""
+    from patchkit.lines import line_for_runtime
+
+    torch_v, triton_v = closure_runtime(path)
+    fits = line_for_runtime(REPO / "pin.lock", torch_v, triton_v)
+    if line is None:
+        return fits
+    runtime = load_lock(REPO / "pin.lock", line).runtime
+    if (runtime.get("torch"), runtime.get("triton")) != (torch_v, triton_v):
+        raise BundleError(f"line {line}: expected a line whose runtime is the closure's ({path.name}: torch {torch_v}, "
+                          f"triton {triton_v}), found torch {runtime.get('torch')}, triton {runtime.get('triton')}; "
+                          f"line {fits} has it (make bundle LINE={fits})")
+    return line
+
+
 def pinned_artifacts(log=say, line: str | None = None) -> list[tuple[Path, str]]:
     """[(verified wheel path, why)] — the same files `make apply` fetches and checks (patchkit's fetch)."""
     from patchkit.engine import Engine
@@ -315,6 +340,7 @@ def carry_size(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMIT_
 def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
           downloads: Path = DOWNLOADS, line: str | None = None, whole_wheels: bool = False) -> int:
     reqs = read_requirements()
+    line = bundle_line(line)   # the closure is one runtime's: a line of another runtime fails before any download
     if jit_cache:
         jit_cache_members(jit_cache, gpu_cc, log=lambda *_: None)   # a wrong --jit-cache fails before any download
     artifacts = pinned_artifacts(line=line)
@@ -472,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--whole-wheels", action="store_true",
                    help="carry the pinned wheels as files, not split into the payload (for a GPU machine whose "
                         "zlib does not rebuild them: install says so)")
-    b.add_argument("--line", help="the release line to bundle (pin.lock; default: the newest)")
+    b.add_argument("--line", help="the release line to bundle (pin.lock; default: the line whose runtime is the "
+                                  "closure's, bundle_requirements.txt '# runtime:')")
     b.add_argument("--python-version", default=TARGET_PYTHON,
                    help=f"the GPU machine's Python (major.minor); default {TARGET_PYTHON}")
     i = sub.add_parser("install", help="install a bundle on the GPU machine (offline)")

@@ -472,3 +472,20 @@ def test_slim_transformers_drops_model_code_the_server_never_imports_and_keeps_t
                                                   "transformers/models/bert/modular_bert.py"]
     names = set(zipfile.ZipFile(slim).namelist())
     assert set(members) - {r["path"] for r in removed} <= names and all(r["why"] for r in removed)
+
+
+def test_the_bundle_is_built_for_the_line_whose_runtime_is_the_closures(tmp_path, capsys, monkeypatch):
+    """The closure is one runtime's (its '# runtime:' line): without LINE the bundle takes the line pinned to that
+    runtime, not the newest; a line of another runtime is refused before any download, naming the one that fits."""
+    torch_v, triton_v = bundle.closure_runtime()
+    fits = [n for n in ("0.5.14", "0.5.23") if load_lock(bundle.REPO / "pin.lock", n).runtime.get("torch") == torch_v
+            and load_lock(bundle.REPO / "pin.lock", n).runtime.get("triton") == triton_v]
+    assert fits == ["0.5.14"] and bundle.bundle_line(None) == "0.5.14" and bundle.bundle_line("0.5.14") == "0.5.14"
+    out = tmp_path / "bundle"
+    monkeypatch.setattr(bundle, "pip_download", lambda *a, **k: pytest.fail("downloaded for a refused line"))
+    monkeypatch.setattr(bundle, "pinned_artifacts", lambda *a, **k: pytest.fail("fetched for a refused line"))
+    rc = bundle.main(["build", "--line", "0.5.23", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and not out.exists()
+    assert err.startswith("error: line 0.5.23: expected a line whose runtime is the closure's") and "\n" not in err
+    assert err.endswith("line 0.5.14 has it (make bundle LINE=0.5.14)")
