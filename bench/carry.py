@@ -23,6 +23,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable
 
@@ -47,13 +48,27 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextmanager
+def written_whole(dest: Path):
+    """A fresh folder beside DEST to fill: renamed onto DEST when the block ends, removed if it raises, so DEST is
+    either as it was or whole."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+
+
 def pack(entries: Iterable[tuple[str, bytes, int]], out: Path, meta: dict) -> dict:
     """OUT/payload.tar.xz of (name, bytes, mode) entries, sorted by name, and OUT/manifest.json (meta + the
     members + the payload's sha256 and size). OUT is written whole or not at all."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     manifest = {**meta, "members": []}
-    try:
+    with written_whole(out) as tmp:
         with lzma.open(tmp / PAYLOAD, "wb", preset=9) as xz, \
                 tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name, data, mode in sorted(entries, key=lambda e: e[0]):
@@ -66,12 +81,6 @@ def pack(entries: Iterable[tuple[str, bytes, int]], out: Path, meta: dict) -> di
         manifest["payload_sha256"] = file_sha256(tmp / PAYLOAD)
         manifest["payload_size"] = (tmp / PAYLOAD).stat().st_size
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 
@@ -105,9 +114,7 @@ def install(src: Path, into: Path) -> dict:
         found = file_sha256(payload)[:16] if payload.is_file() else "no file"
         raise CarryError(f"{payload}: expected sha256 {manifest['payload_sha256'][:16]}, found {found}; nothing written")
     want = {m["path"]: m["sha256"] for m in manifest["members"]}
-    into.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=into.name + ".", dir=into.parent))
-    try:
+    with written_whole(into) as tmp:
         seen = set()
         with tarfile.open(payload, "r:xz") as tar:
             for member in tar:
@@ -125,12 +132,6 @@ def install(src: Path, into: Path) -> dict:
                 seen.add(name)
         if seen != set(want):
             raise CarryError(f"{payload}: expected {len(want)} files, found {len(seen)}; nothing written")
-        if into.exists():
-            shutil.rmtree(into)
-        os.replace(tmp, into)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
+from bench.carry import written_whole
 from patchkit import PatchkitError
 from patchkit.fetch import fetch
 from patchkit.lockfile import Upstream
@@ -109,21 +108,13 @@ def prepare(out: Path, spec: dict | None = None, log=print) -> Path:
     if out.exists() and not (out / STAMP).exists():
         raise PatchkitError(f"{out}: expected a folder this command made (with {STAMP}), found another")
     wheels = {name: fetch(upstream(spec, name), log=log) for name in spec["wheels"]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    try:
+    with written_whole(out) as tmp:
         n = extract(wheels["flashinfer"], spec["flashinfer_members"], tmp)
         n += extract(wheels["sglang"], spec["sglang_members"], tmp)
         with zipfile.ZipFile(wheels["tvm_ffi"]) as zf:  # the whole package: the box's python3 imports it
             zf.extractall(tmp / "site")
         apply_patch(tmp, HERE / spec["patch"])
         (tmp / STAMP).write_text(json.dumps(want, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log(f"{out}: {n} upstream files, {spec['patch']} applied")
     return out
 
