@@ -33,7 +33,7 @@ import triton
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
 
 def median_us(measure, repeats):
@@ -59,13 +59,14 @@ def bound_ratio(x, hc_fn, mixes) -> float:
 
 
 def tree_with_overlay(patched: Path, overlay_file: Path) -> Path:
-    """A root holding the patched deepseek_v4.py and another mhc_pre_triton.py, whose custom op is
-    renamed (one name can be registered once per process; the shipped module keeps its own)."""
+    """A copy of the patched sglang package (hc_pre_torch_impl reads its deepseek_v4.py, its environ.py and what
+    that imports, and the release's register_custom_op) with another mhc_pre_triton.py, whose op is renamed (an
+    op name is registered once per process; the shipped module keeps its own). An earlier file registered with
+    torch.library under sglang_sm120::."""
     root = Path(tempfile.mkdtemp(prefix="mhc-before-"))
-    (root / C.MODEL).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(patched / C.MODEL, root / C.MODEL)
-    (root / C.MHC_PRE_TRITON).parent.mkdir(parents=True, exist_ok=True)
-    text = overlay_file.read_text().replace("sglang_sm120::", "sglang_sm120_before::").replace(
+    shutil.copytree(patched / "sglang", root / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
+    text = overlay_file.read_text().replace('op_name="mhc_pre_mixes"', 'op_name="mhc_pre_mixes_before"')
+    text = text.replace("sglang_sm120::", "sglang_sm120_before::").replace(
         "torch.ops.sglang_sm120,", "torch.ops.sglang_sm120_before,")
     (root / C.MHC_PRE_TRITON).write_text(text)
     return root
@@ -91,7 +92,7 @@ def main() -> None:
     if args.before_overlay:
         impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay)))
     impls["fused"] = C.hc_pre_torch_impl(patched)
-    overlay = load_module(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
+    overlay = load_kernel(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
     sweep = [float(f) for f in args.sweep.split(",") if f]
 
     print("command:", command_line())

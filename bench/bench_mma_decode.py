@@ -2,13 +2,15 @@
 SM90 sparse decode vs the HBM roofline, on one GPU.
 
     PATCHKIT_CACHE=$PWD/.carry python3 -m bench.bench_mma_decode [--sweep] [--configs NAMES] [--out DIR]
-                                          [--experiments NAMES]   # --no-upstream: no cache needed
+                                          [--experiments NAMES]   # --no-upstream: no per-head kernel
     python3 -m bench.bench_mma_decode --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
 
 Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
 inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The
 roofline is the KV bytes a call must read (584 per valid token) over the copy bandwidth
-measured in the same run. The upstream kernel is loaded from the pinned sglang wheel;
+measured in the same run. The upstream kernel is loaded from the pinned sglang wheel, and so is the
+release's register_custom_op, which the overlay module registers its op with (the wheel is read with
+--no-upstream and --plot-from too);
 FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
 A candidate kernel variant is timed as a config of the overlay module (`--configs`), next to the
 shipped dispatch and with its error against float64; so is an experiment kernel's config
@@ -32,7 +34,7 @@ import torch
 import triton
 
 from bench.command import command_line
-from harness.upstream import load_module
+from harness.upstream import load_kernel, load_module
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -211,7 +213,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     print_header()
-    mma = load_module(OVERLAY, "flash_mla_sm120_mma")
+    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma")
     upstream = None if args.no_upstream else load_upstream()
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
@@ -402,7 +404,7 @@ def draw_plot(rows, path):
 def replot(saved: Path, path: Path) -> None:
     from bench.plots import shipped_times
 
-    mma = load_module(OVERLAY, "flash_mla_sm120_mma")
+    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma")
     rows = shipped_times(json.loads(saved.read_text())["rows"], mma.pick_config)
     draw_plot(rows, path)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from bench import bench_mma_decode as B  # pools, inputs, graph timing
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 PADDED = 64
@@ -65,7 +65,7 @@ def main() -> None:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     B.print_header()
-    mma = load_module(B.OVERLAY, "flash_mla_sm120_mma")
+    mma = load_kernel(B.OVERLAY, "flash_mla_sm120_mma")
     gen = torch.Generator(device="cuda").manual_seed(0)
     pools = {256: B.make_pool(16384, 256, gen), 64: B.make_pool(32768, 64, gen)}
 

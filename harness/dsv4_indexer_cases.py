@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.upstream import import_from_tree, load_module, top_level_defs
+from harness.upstream import import_from_tree, load_kernel, load_module, top_level_defs
 
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
@@ -121,7 +121,7 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS, sm120: bool = T
                  "is_sm120_supported": probe, "get_platform": lambda: types.SimpleNamespace(is_sm120=sm120)}
     kernel_file = mhc_pre_file(root)
     if kernel_file.is_file():
-        namespace["mhc_pre_mixes"] = load_module(kernel_file).mhc_pre_mixes
+        namespace["mhc_pre_mixes"] = load_kernel(kernel_file).mhc_pre_mixes
     # A helper that imports the device check where it runs (`from sglang.srt.utils.common import
     # is_sm120_supported`) gets the same answer: that module alone, only while the flags are evaluated.
     common = types.ModuleType("sglang.srt.utils.common")
@@ -140,7 +140,7 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS, sm120: bool = T
 
 def mhc_pre_kernel(root: Path):
     """The fused MHC-pre custom op from the tree's overlay file."""
-    return load_module(mhc_pre_file(root)).mhc_pre_mixes
+    return load_kernel(mhc_pre_file(root)).mhc_pre_mixes
 
 
 # --------------------------------------------------------------------------- indexer inputs

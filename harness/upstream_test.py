@@ -6,7 +6,10 @@ of the upstream package, with this machine's python:
 TREE is the directory holding `sglang/` (a checkout's `python/`, or a patched site directory). The `sglang`
 package is entered without running its `__init__.py`, which imports the serving front end (orjson and other
 server dependencies a kernel test needs none of, and the CPU test venv does not have); every module the test
-imports is TREE's own file. Exit status: the test file's.
+imports is TREE's own file. So is `register_custom_op` (sglang/srt/utils/custom_op.py), whose package
+`sglang.srt.utils` star-imports the serving runtime: it comes with TREE's common.py's direct_register_custom_op
+alone (harness.upstream.release_custom_op), which registers ops for CUDA as upstream does, nothing for the CPU.
+Exit status: the test file's.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import runpy
 import sys
 import types
 from pathlib import Path
+
+from harness.upstream import release_custom_op
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +32,8 @@ def main(argv: list[str]) -> int:
     sys.modules["sglang"] = package
     sys.argv = [str(test), *rest]
     try:
-        runpy.run_path(str(test), run_name="__main__")
+        with release_custom_op(tree=tree):
+            runpy.run_path(str(test), run_name="__main__")
     except SystemExit as exc:          # unittest.main() ends with sys.exit(status)
         return exc.code if isinstance(exc.code, int) else 1
     return 0

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 import torch.nn as nn
 
-from harness.upstream import extract_functions, load_module, top_level_defs
+from harness.upstream import extract_functions, load_kernel, load_module, top_level_defs
 from tests.mma_decode_cases import Case, make_case
 
 MODEL = "sglang/srt/models/deepseek_v4.py"
@@ -134,7 +134,7 @@ def sglang_modules(kernel_root: Path, sm120: bool, backend: str):
         if not torch.cuda.is_available():
             os.environ["TRITON_INTERPRET"] = "1"
         if (Path(kernel_root) / MMA).is_file():
-            load_module(Path(kernel_root) / MMA, "sglang.srt.layers.attention.flash_mla_sm120_mma")
+            load_kernel(Path(kernel_root) / MMA, "sglang.srt.layers.attention.flash_mla_sm120_mma")
         yield load_module(Path(kernel_root) / DISPATCHER, "sglang.srt.layers.attention.flash_mla_sm120")
     finally:
         for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:

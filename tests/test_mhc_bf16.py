@@ -116,9 +116,9 @@ def test_patched_fused_routes_split_k_within_bound(patched_root, route):
     """Both routes of the fused kernel with many K splits (programs_per_sm=24 on the interpreter's
     one "SM"): the graph route's second launch and the one-launch route's last-arriving program
     must add every split. The one-launch route runs twice: its arrival counters must be back at 0."""
-    from harness.upstream import load_module
+    from harness.upstream import load_kernel
 
-    overlay = load_module(C.mhc_pre_file(patched_root), "mhc_overlay_routes")
+    overlay = load_kernel(C.mhc_pre_file(patched_root), "mhc_overlay_routes")
     for tokens in (3, 70):                     # one token tile / two tiles of 64
         x, hc_fn = _case(tokens)
         with C.InterpretedDots():           # the interpreter's own bf16 dot is wrong (see the helper)
@@ -134,9 +134,9 @@ def test_host_launch_helpers_match_triton(patched_root):
     """The overlay sizes launches with plain-Python integer helpers (Triton's are slow constexpr functions
     on the host); they must give Triton's values, or the AOT-gated tile sizes would not be the ones run."""
     import triton
-    from harness.upstream import load_module
+    from harness.upstream import load_kernel
 
-    overlay = load_module(C.mhc_pre_file(patched_root), "mhc_overlay_helpers")
+    overlay = load_kernel(C.mhc_pre_file(patched_root), "mhc_overlay_helpers")
     for n in list(range(1, 300)) + [4095, 4096, 4097, 65536]:
         assert overlay._pow2_at_least(n) == triton.next_power_of_2(n), n
         for d in (1, 7, 16, 128):

@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 
 from harness.aot import (DIV16, MAIN_SIGNATURE, aot_runs, aot_venv, build_report, compile_for_run, compile_kernel,
                          decode_constexprs, error_text, requirements_release)
-from harness.upstream import extract_functions, load_module
+from harness.upstream import extract_functions, load_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = "flash_mla_sm120_mma.py"
@@ -74,7 +74,7 @@ def _compile_all(overlay: Path) -> dict:
     """Subprocess body: compile every config the runtime ships (and the combine kernel) for every arch."""
     import triton
 
-    mod = load_module(overlay, "flash_mla_sm120_mma_aot")
+    mod = load_kernel(overlay, "flash_mla_sm120_mma_aot")
     rows = []
 
     def build(fn, signature, constexprs, div16, num_warps, num_stages, arch):

@@ -5,7 +5,8 @@ compare with `_sm120_sparse_decode_fwd` loaded from the pinned flash_mla_sm120.p
 float64 reference, including inputs that stress the main loop: KV scales spread over
 2^-15..2^0, peaked scores that move the running max mid-row (the lazy rescale), page sizes that
 are not powers of two (the division path). The dispatcher tests run the real pinned (pristine / patched) dispatcher
-in a subprocess and check which kernel the default route and the env switch reach.
+in a subprocess and check which kernel the default route and the env switch reach. The op the entry point
+registers (its fake shapes, its eager call) is tests/test_release_custom_op.py's, per line.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.upstream import load_module
+from harness.upstream import load_kernel, load_module, release_custom_op
 from tests.mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def mma():
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        yield load_module(OVERLAY, "flash_mla_sm120_mma_interpreted")
+        yield load_kernel(OVERLAY, "flash_mla_sm120_mma_interpreted")
     finally:
         if old is None:
             del os.environ["TRITON_INTERPRET"]
@@ -208,24 +209,6 @@ def test_split_count_does_not_change_the_result(mma, monkeypatch, wide_up_to):
         assert (lse - base_lse).abs().max().item() < 1e-4
 
 
-def test_custom_op_entry_point(mma):
-    """The dispatcher's entry goes through torch.ops (one node for torch.compile)."""
-    case = make_case(3, 8, 64, extra_topk=64, seed=5)
-    kw = case.kwargs()
-    out, lse = mma.flash_mla_sparse_decode_mma(**kw)
-    direct, direct_lse = _run(mma, case)
-    assert torch.equal(out, direct) and torch.equal(lse, direct_lse)
-    # The fake (meta) implementation torch.compile traces with gives the real shapes and dtypes.
-    # (torch.library.opcheck cannot be used: it clones the strided page view, losing the pool.)
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        fake = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
-        f_out, f_lse = mma.flash_mla_sparse_decode_mma(**fake)
-    assert (f_out.shape, f_out.dtype) == (out.shape, out.dtype)
-    assert (f_lse.shape, f_lse.dtype) == (lse.shape, lse.dtype)
-
-
 # ------------------------------------------------------------------------ dispatcher routing
 def _route(root: Path, env: dict) -> dict:
     """Call the tree's flash_mla_with_kvcache_sm120 in a fresh interpreter; see _route_main."""
@@ -264,7 +247,14 @@ def test_env_switch_back_to_upstream(patched_root, env, want):
 
 
 def _route_main(root: str) -> None:
-    """Subprocess body: load the dispatcher under a bare `sglang` package, spy on the kernels."""
+    """Subprocess body: load the dispatcher under a bare `sglang` package, spy on the kernels. The MMA module
+    registers its op with the tree's own register_custom_op (harness.upstream.release_custom_op; a CPU kernel
+    for the interpreter)."""
+    with release_custom_op(tree=Path(root), cpu_kernels=True):
+        _route_in_tree(root)
+
+
+def _route_in_tree(root: str) -> None:
     pkg = types.ModuleType("sglang")
     pkg.__path__ = [str(Path(root) / "sglang")]
     sys.modules["sglang"] = pkg

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.aot import aot_runs, compile_for_run, compile_kernel, ptxas_report
-from harness.upstream import extract_functions, load_module
+from harness.upstream import extract_functions, load_kernel, load_module
 
 REPO = Path(__file__).resolve().parents[1]
 INDEXER_FILE, MHC_FILE = "paged_mqa_logits_triton.py", "mhc_pre_triton.py"
@@ -59,7 +59,7 @@ def _compile_all(line: str) -> dict:
 
     indexer, mhc_path = overlay_file(line, INDEXER_FILE), overlay_file(line, MHC_FILE)
     idx = load_module(indexer, "indexer_aot") if indexer else None
-    mhc = load_module(mhc_path, "mhc_pre_aot")
+    mhc = load_kernel(mhc_path, "mhc_pre_aot")
     rows = []
 
     def build(label, fn, signature, constexprs, div16, warps, stages, arch):

@@ -12,9 +12,9 @@ import triton
 
 from bench import bench_mma_decode as bm
 from bench.command import command_line
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
-mma = load_module(bm.OVERLAY, "flash_mla_sm120_mma")
+mma = load_kernel(bm.OVERLAY, "flash_mla_sm120_mma")
 SHAPES = [bm.Shape(B, 64, 128, 512) for B in (1, 4, 8, 16, 32)] + [bm.Shape(B, 128, 128, 512) for B in (4, 16)]
 SHAPES += [bm.Shape(B, 64, 2048, 0) for B in (1, 16)]
 

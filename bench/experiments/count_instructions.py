@@ -26,7 +26,7 @@ from pathlib import Path
 # The shipped kernel's signature, production specialisation and compile / ptxas helpers, as the
 # AOT test uses them.
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_PATH = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
@@ -107,7 +107,7 @@ def main_loop_mix(text: str) -> dict:
 def variants(extra=()):
     """(label, kernel, constexprs, warps, stages) per MMA_CONFIGS entry; `extra`: more
     (BLOCK_H, BLOCK_T, warps, stages) tuples."""
-    mod = load_module(SHIPPED_PATH, "flash_mla_sm120_mma_count")
+    mod = load_kernel(SHIPPED_PATH, "flash_mla_sm120_mma_count")
     configs = {name: cfg["launch"] for name, cfg in mod.MMA_CONFIGS.items()}
     configs.update({"h{}_t{}_w{}_s{}".format(*c): c for c in extra})
     return [(f"shipped {name}", mod._mma_sparse_decode_kernel, decode_constexprs(bh, bt, False), w, st)

@@ -43,11 +43,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mbarrier, mma_v2
 
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-_m = load_module(OVERLAY, "flash_mla_sm120_mma_ws")
+_m = load_kernel(OVERLAY, "flash_mla_sm120_mma_ws")
 
 # The shipped module's sizes and Gluon helpers (globals a Gluon kernel may read: constexprs, jit functions).
 _NOPE_DIM = _m._NOPE_DIM

@@ -24,7 +24,7 @@ from bench.bench_mhc_pre import bound_ratio, median_us
 from bench.experiments import mhc_graph_variants as V
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
 
 def kernel_spans(graph, replays: int = 20):
@@ -68,7 +68,7 @@ def main() -> None:
 
     pristine, patched = C.upstream_trees()
     fp32 = C.hc_pre_torch_impl(pristine)
-    ov = load_module(patched / C.MHC_PRE_TRITON, "mhc_overlay_sweep")
+    ov = load_kernel(patched / C.MHC_PRE_TRITON, "mhc_overlay_sweep")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(), "| SMs", sms,
           "| torch", torch.__version__, "| triton", triton.__version__)

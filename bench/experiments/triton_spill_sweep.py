@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL = REPO / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--other-ptxas", help="another Triton release's ptxas-blackwell, for the cross-check")
     args = ap.parse_args()
-    mod = load_module(KERNEL, "mma_sweep")
+    mod = load_kernel(KERNEL, "mma_sweep")
     print(f"triton {triton.__version__}, sm_120, two caches (window + compressed), unsplit; kernel {KERNEL.name}")
     print("| BLOCK_H | BLOCK_T | warps | stages | shared B | regs | spill stores B | stack-free | other ptxas |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|---|")

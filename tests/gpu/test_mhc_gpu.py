@@ -49,9 +49,9 @@ def test_both_routes_within_bound_repeatable_and_graph_safe(patched_root, tokens
     """The eager one-launch route (arrival counters, last program adds the splits) at decode and
     prefill sizes: within the bound, the same bits on every call, counters back at 0; and the graph
     route, which the function takes by itself while a stream is being captured."""
-    from harness.upstream import load_module
+    from harness.upstream import load_kernel
 
-    overlay = load_module(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_gpu_routes")
+    overlay = load_kernel(patched_root / C.MHC_PRE_TRITON, "mhc_overlay_gpu_routes")
     gen = torch.Generator(device="cuda").manual_seed(7)
     x = (torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda") * 3).to(torch.bfloat16)
     hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 from tests.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -24,7 +24,7 @@ REL_TOL = 1.2e-2
 
 @pytest.fixture(scope="module")
 def mma():
-    return load_module(OVERLAY, "flash_mla_sm120_mma")
+    return load_kernel(OVERLAY, "flash_mla_sm120_mma")
 
 
 def check_against_oracle(case, out, lse, oracle):
@@ -130,7 +130,7 @@ def test_graph_capture_from_cold_start(heads):
 
 
 def _cold_graph_main(heads: int):
-    mma = load_module(OVERLAY, "flash_mla_sm120_mma_cold")
+    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma_cold")
     cases = [make_case(24, heads, 128, extra_topk=512, seed=s, device="cuda", num_pages=32) for s in range(3)]
     static = GraphInputs(cases[0])     # KV pools are static in SGLang; the cases differ in pools too
     stream = torch.cuda.Stream()

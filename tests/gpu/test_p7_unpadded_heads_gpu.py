@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.upstream import load_module
+from harness.upstream import load_kernel
 from tests.mma_decode_cases import make_case, reference_f64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -25,7 +25,7 @@ SAME_REL = 2.0 ** -7      # padded against real heads
 
 @pytest.fixture(scope="module")
 def mma():
-    return load_module(OVERLAY, "flash_mla_sm120_mma_p7")
+    return load_kernel(OVERLAY, "flash_mla_sm120_mma_p7")
 
 
 def _rel(a, b):

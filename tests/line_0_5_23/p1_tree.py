@@ -14,7 +14,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.upstream import import_from_tree, load_module, tree_package
+from harness.upstream import import_from_tree, load_kernel, load_module, tree_package
 
 DISPATCHER = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 MMA = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
@@ -24,8 +24,10 @@ MODEL = "sglang/srt/models/deepseek_v4.py"
 SELECTOR = "SGLANG_SM120_FLASHMLA_BACKEND"
 MMA_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_mma"
 PER_HEAD_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
+# The release's register_custom_op, which the MMA module registers its op with (harness.upstream.release_custom_op).
+CUSTOM_OP = ("sglang/srt/utils/custom_op.py", "sglang/kernels/kernel_api_logging.py", "sglang/srt/utils/common.py")
 # What dispatcher() reads: a GPU box gets these files alone (write_slice), not the whole tree.
-SLICE = (DISPATCHER, PER_HEAD, MMA, ENVIRON)
+SLICE = (DISPATCHER, PER_HEAD, MMA, ENVIRON, *CUSTOM_OP)
 
 
 @contextmanager
@@ -51,7 +53,7 @@ def dispatcher(root: Path, backend: str) -> types.ModuleType:
         sys.modules["sglang.srt.environ"] = envs_mod
         sys.modules["sglang.srt.utils"] = utils
         if (root / MMA).is_file():
-            sys.modules[MMA_MODULE] = load_module(root / MMA)
+            sys.modules[MMA_MODULE] = load_kernel(root / MMA, tree=root)
         sys.modules[PER_HEAD_MODULE] = load_module(root / PER_HEAD)
         module = load_module(root / DISPATCHER)
         # The mma and triton branches import their kernels at call time: keep them reachable after the context

@@ -3,7 +3,9 @@
 The head-group MMA kernel tiles any head count itself, so a TP rank's heads go to it unpadded (with the
 first n entries of the zero-padded sink). This checks that the dispatcher says so for its default backend,
 and that the kernel's output for the real heads equals the padded call's first heads up to rounding.
-Without CUDA the kernels run in Triton's interpreter on small shapes (CPU part); with CUDA, at decode shapes.
+Without CUDA the kernels run in Triton's interpreter on small shapes (CPU part), launched by
+mma_sparse_decode: the op the entry point calls, torch.ops.sglang.sm120_mma_sparse_decode, is registered for
+CUDA. With CUDA, the entry point at decode shapes.
 """
 
 import math
@@ -17,7 +19,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from sglang.srt.layers.attention import flash_mla_sm120
-from sglang.srt.layers.attention.flash_mla_sm120_mma import flash_mla_sparse_decode_mma
+from sglang.srt.layers.attention.flash_mla_sm120_mma import (
+    flash_mla_sparse_decode_mma,
+    mma_sparse_decode,
+)
 from sglang.test.ci.ci_register import register_cuda_ci
 
 register_cuda_ci(est_time=60, stage="base-b", runner_config="1-gpu-small")
@@ -51,6 +56,14 @@ def _kv_pool(pages: int, page_size: int, gen: torch.Generator) -> torch.Tensor:
     )
 
 
+def _decode(q, k_cache, indices, lens, sink, head_dim_v, scale, *extra):
+    if q.is_cuda:
+        return flash_mla_sparse_decode_mma(
+            q, k_cache, indices, lens, sink, head_dim_v, scale, *extra
+        )
+    return mma_sparse_decode(q, k_cache, indices, lens, sink, scale, *extra)
+
+
 def _padded_vs_real(heads, batch, topk, extra_topk, device, seed=0):
     gen = torch.Generator().manual_seed(seed)
     cache, extra = _kv_pool(4, 64, gen), _kv_pool(4, 64, gen)
@@ -68,8 +81,8 @@ def _padded_vs_real(heads, batch, topk, extra_topk, device, seed=0):
     dev = lambda t: t.to(device)  # noqa: E731
     common = (dev(cache), dev(idx), dev(lens))
     rest = (D, D**-0.5, dev(extra), dev(extra_idx), dev(extra_lens))
-    padded, _ = flash_mla_sparse_decode_mma(dev(q), *common, dev(sink), *rest)
-    real, _ = flash_mla_sparse_decode_mma(
+    padded, _ = _decode(dev(q), *common, dev(sink), *rest)
+    real, _ = _decode(
         dev(q[:, :, :heads].contiguous()), *common, dev(sink[:heads]), *rest
     )
     return padded[:, :, :heads].double(), real.double()

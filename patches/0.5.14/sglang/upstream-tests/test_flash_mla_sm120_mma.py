@@ -2,7 +2,9 @@
 
 Both compute attention over the same FP8 KV pages (DeepSeek-V4 layout: per token 448 fp8-e4m3 values,
 64 bf16 rope values and 7 UE8M0 scale bytes). Without CUDA the Triton kernels run in Triton's interpreter
-on small shapes (CPU part); with CUDA, at a decode-sized shape (GPU part).
+on small shapes (CPU part), launched by mma_sparse_decode: the op the entry point calls,
+torch.ops.sglang.sm120_mma_sparse_decode, is registered for CUDA. With CUDA, the entry point at
+decode-sized shapes (GPU part).
 """
 
 import math
@@ -16,7 +18,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from sglang.srt.layers.attention.flash_mla_sm120 import _sm120_sparse_decode_fwd
-from sglang.srt.layers.attention.flash_mla_sm120_mma import flash_mla_sparse_decode_mma
+from sglang.srt.layers.attention.flash_mla_sm120_mma import (
+    flash_mla_sparse_decode_mma,
+    mma_sparse_decode,
+)
 from sglang.test.ci.ci_register import register_cuda_ci
 
 register_cuda_ci(est_time=60, stage="base-b", runner_config="1-gpu-small")
@@ -82,10 +87,18 @@ def _case(batch, heads, topk, extra_topk, device, seed=0):
     )
 
 
+def _decode(q, k_cache, indices, lens, sink, head_dim_v, scale, *extra):
+    if q.is_cuda:
+        return flash_mla_sparse_decode_mma(
+            q, k_cache, indices, lens, sink, head_dim_v, scale, *extra
+        )
+    return mma_sparse_decode(q, k_cache, indices, lens, sink, scale, *extra)
+
+
 class TestFlashMLASm120MMA(unittest.TestCase):
     def _check(self, batch, heads, topk, extra_topk, device):
         args = _case(batch, heads, topk, extra_topk, device)
-        out, lse = flash_mla_sparse_decode_mma(*args)
+        out, lse = _decode(*args)
         ref_out, ref_lse = _sm120_sparse_decode_fwd(*args)
         self.assertEqual(out.shape, ref_out.shape)
         self.assertEqual(out.dtype, torch.bfloat16)

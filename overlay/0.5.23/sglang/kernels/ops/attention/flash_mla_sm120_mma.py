@@ -14,7 +14,8 @@ Here one program owns (head group, split, row):
     second kernel merges the splits by log-sum-exp; the attention sink and the bf16 cast
     are fused into whichever kernel finishes the row.
 Configs come from a fixed table (no autotuning), so a first call inside a CUDA-graph
-capture works. The public function goes through a torch custom op so that
+capture works. The public function calls the op `torch.ops.sglang.sm120_mma_sparse_decode`
+(registered with `register_custom_op`, a fake implementation for its shapes), so that
 `torch.compile(fullgraph=True)` sees one opaque node.
 
 Main loop, per tile: page / offset by shift and mask when every page size is a power of two
@@ -41,6 +42,8 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+from sglang.srt.utils.custom_op import register_custom_op
 
 # Gluon's CTA-wide barrier: gl.thread_barrier up to triton 3.6, gl.barrier from 3.8 on.
 _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -1507,7 +1510,29 @@ def mma_sparse_decode(
 
 
 # ----------------------------------------------------------------------------- custom op
-@torch.library.custom_op("sglang_sm120::mma_sparse_decode", mutates_args=())
+def _mma_sparse_decode_fake(
+    q,
+    k_cache,
+    indices,
+    topk_length,
+    attn_sink,
+    softmax_scale,
+    extra_k_cache,
+    extra_indices,
+    extra_topk_length,
+):
+    B, _, H, D = q.shape
+    return (
+        q.new_empty(B, 1, H, D, dtype=torch.bfloat16),
+        q.new_empty(B, H, 1, dtype=torch.float32),
+    )
+
+
+@register_custom_op(
+    op_name="sm120_mma_sparse_decode",
+    mutates_args=[],
+    fake_impl=_mma_sparse_decode_fake,
+)
 def _mma_sparse_decode_op(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -1530,22 +1555,6 @@ def _mma_sparse_decode_op(
         extra_indices,
         extra_topk_length,
     )
-
-
-@_mma_sparse_decode_op.register_fake
-def _(
-    q,
-    k_cache,
-    indices,
-    topk_length,
-    attn_sink,
-    softmax_scale,
-    extra_k_cache,
-    extra_indices,
-    extra_topk_length,
-):
-    B, _, H, D = q.shape
-    return q.new_empty(B, 1, H, D), q.new_empty(B, H, 1, dtype=torch.float32)
 
 
 def flash_mla_sparse_decode_mma(

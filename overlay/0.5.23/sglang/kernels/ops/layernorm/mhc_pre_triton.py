@@ -18,9 +18,10 @@ captured (a host-side query, no sync):
 Numerics: x is exact in bf16, products of bf16 values are exact in fp32, so the only rounding that the
 fp32 path lacks is hc_fn's (2^-9 relative). The RMS statistic stays fp32 end to end: a bf16 sum of
 16384 squares would round the factor that scales every mix.
-Eager calls launch the kernels directly; under torch.compile (which wraps the caller during
-CUDA-graph capture) the custom op `sglang_sm120::mhc_pre_mixes` keeps them one opaque node. Launch
-shapes depend on shapes only (capturable).
+`mhc_pre_mixes` is the op `torch.ops.sglang.mhc_pre_mixes`, registered with `register_custom_op`,
+which calls the function itself in eager (no dispatcher: an eager call is bound by host time), while
+torch.compile (which wraps the caller during CUDA-graph capture) sees one opaque node. Launch shapes
+depend on shapes only (capturable).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import os
 import torch
 import triton
 import triton.language as tl
+
+from sglang.srt.utils.custom_op import register_custom_op
 
 BLOCK_K = 128
 BLOCK_N = 32  # 24 mixes padded to the MMA's N granularity
@@ -477,33 +480,18 @@ def mhc_pre_mixes_triton(
     return mixes
 
 
+def _mhc_pre_mixes_fake(x_flat, hc_fn, eps):
+    return x_flat.new_empty((x_flat.shape[0], 1, hc_fn.shape[0]), dtype=torch.float32)
+
+
+@register_custom_op(
+    op_name="mhc_pre_mixes",
+    mutates_args=[],
+    fake_impl=_mhc_pre_mixes_fake,
+)
 def mhc_pre_mixes(
     x_flat: torch.Tensor, hc_fn: torch.Tensor, eps: float
 ) -> torch.Tensor:
-    """The fused MHC-pre mixes. Eager calls launch the kernel directly (no custom-op dispatch: an
-    eager call is bound by host time); under torch.compile the custom op keeps it one opaque node."""
-    if torch.compiler.is_compiling():
-        return mhc_pre_mixes_op(x_flat, hc_fn, eps)
+    """The fused MHC-pre mixes, as the op torch.ops.sglang.mhc_pre_mixes: eager calls run this function
+    directly, torch.compile sees one opaque node."""
     return mhc_pre_mixes_triton(x_flat, hc_fn, eps)
-
-
-def _register_op():
-    name = "sglang_sm120::mhc_pre_mixes"
-    try:
-        return torch.library.custom_op(name, mutates_args=())(_op_impl)
-    except RuntimeError:  # already registered (module loaded twice): reuse it
-        return getattr(torch.ops.sglang_sm120, "mhc_pre_mixes")
-
-
-def _op_impl(x_flat: torch.Tensor, hc_fn: torch.Tensor, eps: float) -> torch.Tensor:
-    return mhc_pre_mixes_triton(x_flat, hc_fn, eps)
-
-
-mhc_pre_mixes_op = _register_op()
-if hasattr(mhc_pre_mixes_op, "register_fake"):
-
-    @mhc_pre_mixes_op.register_fake
-    def _(x_flat, hc_fn, eps):
-        return x_flat.new_empty(
-            (x_flat.shape[0], 1, hc_fn.shape[0]), dtype=torch.float32
-        )
