@@ -11,7 +11,7 @@ CPython 3.12, x86_64. The bundle carries everything else the DeepSeek-V4 server 
 the pinned sglang / flashinfer wheels (exactly the files `make apply` verifies; split into the payload and rebuilt
 byte for byte by install, serving/bundle_rezip.py), the wheel closure of serving/bundle_requirements.txt,
 sglang-kernel 0.4.4 and transformers 5.8.1 without what the server never loads (serving/bundle_slim.py),
-stand-ins for IPython and soundfile, and optionally a prebuilt tvm-ffi JIT cache. manifest.json lists every file
+stand-ins for IPython, soundfile and datasets, and optionally a prebuilt tvm-ffi JIT cache. manifest.json lists every file
 with size, sha256 and why it is there, and every member removed from sglang-kernel.
 
 `install` checks every file against the manifest before it writes anything, then lays out SITE_ROOT:

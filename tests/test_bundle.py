@@ -172,7 +172,7 @@ def test_manifest_lists_every_file_and_member_with_size_sha_and_why(tmp_path, ke
     paths = set(members)
     assert {"wheels/sglang_kernel-0.4.4-1slimsm90-cp310-abi3-manylinux2014_x86_64.whl",
             "wheels/tinydep-1.0-py3-none-any.whl", "stubs/IPython/__init__.py", "stubs/IPython/display.py",
-            "stubs/soundfile.py"} == paths
+            "stubs/soundfile.py", "stubs/datasets.py"} == paths
     kernel = next(m for m in manifest["payload"] if "sglang_kernel" in m["path"])
     assert kernel["source"] == {"file": kernel_wheel.name, "sha256": sha256_file(kernel_wheel)}
     assert [r["path"] for r in manifest["removed"]["sglang-kernel"]] == ["sgl_kernel/flash_ops.abi3.so",
@@ -319,15 +319,21 @@ def test_stubs_are_real_modules_with_a_spec(tmp_path):
     code = ("import importlib.util, importlib.metadata as md\n"
             "from IPython.display import HTML, display\n"
             "import soundfile\n"
+            "from datasets import load_dataset\n"
             "assert importlib.util.find_spec('IPython') and importlib.util.find_spec('soundfile')\n"
             "assert soundfile.__spec__ is not None and not hasattr(soundfile, '__path__')\n"
             "try:\n    soundfile.read('x.wav')\nexcept ImportError as e:\n    print('raised', e)\n"
-            "for name in ('IPython', 'soundfile'):\n"
+            "try:\n    load_dataset('x')\nexcept ImportError as e:\n    print('raised', e)\n"
+            "try:\n    from datasets import Dataset\nexcept ImportError as e:\n    print('raised', e)\n"
+            "for name in ('IPython', 'soundfile', 'datasets'):\n"
             "    try:\n        md.version(name); print('has metadata', name)\n"
             "    except md.PackageNotFoundError:\n        pass\n")
     done = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(bundle.STUBS)},
                           capture_output=True, text=True, check=True)
-    assert done.stdout.startswith("raised soundfile.read: the offline bundle carries a stand-in")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("raised soundfile.read: the offline bundle carries a stand-in")
+    assert lines[1].startswith("raised datasets.load_dataset: the offline bundle carries a stand-in for datasets")
+    assert lines[2].startswith("raised datasets.Dataset: the offline bundle carries a stand-in for datasets")
     assert "has metadata" not in done.stdout
 
 
