@@ -68,11 +68,15 @@ $(VENV)/.installed: requirements-test.txt
 
 # The AOT gate under the 0.5.23 line's Triton (3.8) and under 3.9, which it follows ahead of any line
 # (harness/aot.py aot_runs): a venv each, since one venv holds one Triton; requirements-aot-tritonXY.txt makes
-# .venv-tritonXY.
+# .venv-tritonXY. Such a venv holds only its Triton: torch (the same 2.13.0 CPU build) and numpy are .venv's,
+# reached through a .pth file, which Python puts after the venv's own site-packages, so the venv's Triton
+# shadows .venv's. That spares a 1.7 GB copy of torch per venv.
 AOT_VENVS := .venv-triton38 .venv-triton39
-.venv-triton%/.installed: requirements-aot-triton%.txt
+SITE_PACKAGES = -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+.venv-triton%/.installed: requirements-aot-triton%.txt $(VENV)/.installed
 	$(PYTHON) -m venv $(@D)
 	$(@D)/bin/python -m pip install -q -r $<
+	$(VPY) $(SITE_PACKAGES) > "$$($(@D)/bin/python $(SITE_PACKAGES))/test-venv.pth"
 	touch $@
 
 # LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)

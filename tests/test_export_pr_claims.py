@@ -57,7 +57,8 @@ def texts(line: str, pr) -> list[str]:
              for k, (path, const) in getattr(pr, "facts", {}).items()}
     fill = lambda t: re.sub(r"\{(\w+)\}", lambda m: facts[m.group(1)], t)  # noqa: E731
     return [fill(t) for t in [pr.title, pr.motivation, *pr.modifications.values(),
-                              *(m.result for m in pr.accuracy + pr.benchmark)]]
+                              *(m.result for m in pr.accuracy + pr.benchmark),
+                              *(m.model for m in pr.accuracy + pr.benchmark if m.model)]]
 
 
 def printed_commands(pr) -> list[str]:
@@ -203,6 +204,31 @@ def test_the_gluon_triton_releases_stated_are_the_kernels():
                                               f"kernel enables {sorted(releases)}: {sentence!r}")
                     checked += 1
     assert checked, "no PR text states the Gluon kernel's Triton releases"
+
+
+# What a text says the release runs: "this release runs torch X" / "Triton X, the release this version of SGLang
+# runs" / "Triton X (the Triton this release runs)".
+_RUNTIME_CLAIMS = [
+    ("torch", r"this release runs torch (\d+\.\d+(?:\.\d+)?)"),
+    ("triton", r"Triton (\d+\.\d+(?:\.\d+)?),? the release this version of SGLang runs"),
+    ("triton", r"Triton (\d+\.\d+(?:\.\d+)?) \(the Triton this release runs\)"),
+]
+
+
+def test_the_runtime_a_text_says_the_release_runs_is_the_pinned_one():
+    """A torch or Triton version a PR text says its release runs is that line's pin.lock runtime (a stated
+    X.Y matches a pinned X.Y.Z)."""
+    checked = 0
+    for line, name, up, pr in descriptions():
+        runtime = load_lock(REPO / "pin.lock", line).runtime
+        for text in texts(line, pr):
+            for package, pattern in _RUNTIME_CLAIMS:
+                for said in re.findall(pattern, " ".join(text.split())):   # prose wraps anywhere
+                    pinned = runtime[package]
+                    assert pinned == said or pinned.startswith(said + "."), (
+                        f"{line} {pr.file}: says the release runs {package} {said}, pin.lock has {pinned}")
+                    checked += 1
+    assert checked, "no PR text states the runtime its release runs"
 
 
 # -- measured or not ------------------------------------------------------------------------------

@@ -70,6 +70,22 @@ def test_every_measured_row_is_in_the_benchmarks_table_it_names():
     assert checked >= 20
 
 
+def test_every_pr_of_the_newest_line_has_an_accuracy_line_measured_with_upstreams_commands():
+    """The newest line's PRs are the ones offered to upstream's main branch: each that prints an end-to-end
+    accuracy command (a model-serving change) carries an accuracy result measured with the release's own
+    commands (harness = "upstream"), labelled with the model it ran on."""
+    newest, checked = lock_lines(REPO / "pin.lock")[-1], 0
+    for line, name, _, data in _data():
+        if line != newest:
+            continue
+        for pr in (p for p in data.patches.values() if "accuracy" in p.reproduce):
+            checked += 1
+            measured = [m for m in pr.accuracy if m.harness == "upstream"]
+            assert measured, f"{line} {pr.file}: no accuracy line measured with the release's own commands"
+            assert all(m.model for m in measured), f"{line} {pr.file}: an upstream-harness result names no model"
+    assert checked, f"no PR of the {newest} line prints an end-to-end accuracy command"
+
+
 def test_every_exported_patch_has_an_upstream_description_of_exactly_its_files():
     for line, name, up, data in _data():
         from patchkit.series import load_series

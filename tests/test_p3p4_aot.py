@@ -6,10 +6,9 @@ configs are read from the overlay modules, so a new entry in INDEXER_CONFIGS or 
 is checked without touching this file. Compiles run in a subprocess (no TRITON_INTERPRET leak), under each
 release line's own Triton (harness.aot.aot_runs: 0.5.14 triton 3.6, 0.5.23 triton 3.8) and the followed one (3.9,
 on the 0.5.23 line's files), on the files that line ships (the indexer kernel only in 0.5.14, whose P4 0.5.23
-retired). Registers and spills: `ptxas -v` on the PTX with the release's own ptxas (harness.aot.release_ptxas) and
-no other flag. Triton 3.8 and 3.9 assemble with --regAllocOptLevel=2 too, and their cubins of _mhc_pre_partials
-keep 4-12 bytes of spill stores that this plain run does not show (docs/mma_decode_notes.md "Triton 3.9"); the P1
-gate (tests/test_mma_aot.py) already reads Triton's own log (harness.aot.build_report).
+retired). Registers and spills: Triton's own `ptxas -v` log of the very cubin it built (harness.aot.build_report),
+as in the P1 gate: 3.8 and 3.9 assemble with --regAllocOptLevel=2, whose spills a plain `ptxas -v` of the PTX does
+not show (docs/mma_decode_notes.md "Triton 3.9"). Launch warps are the module's (PARTIALS_NUM_WARPS by release).
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.aot import aot_runs, compile_for_run, compile_kernel, ptxas_report
+from harness.aot import aot_runs, build_report, compile_for_run, compile_kernel
 from harness.upstream import extract_functions, load_kernel, load_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +65,7 @@ def _compile_all(line: str) -> dict:
         k = compile_kernel(fn, signature, constexprs, div16, warps, stages, arch)
         ptx = k.asm["ptx"]
         rows.append({"arch": arch, "kernel": label, "shared": k.metadata.shared, "wgmma": "wgmma" in ptx,
-                     "mma_sync": "mma.sync" in ptx, **ptxas_report(ptx, arch)})
+                     "mma_sync": "mma.sync" in ptx, "warps": warps, **build_report(k)})
 
     for arch in ARCHS:
         for name, (warps, stages, _, _) in (idx.INDEXER_CONFIGS.items() if idx else ()):
@@ -85,7 +84,7 @@ def _compile_all(line: str) -> dict:
             tiles = dict(BLOCK_T=block_t, BLOCK_N=mhc.BLOCK_N, BLOCK_K=mhc.BLOCK_K)
             # The graph route as shipped: with programmatic dependent launch (griddepcontrol) when GRAPH_PDL.
             build(f"mhc/partials/t{block_t}", mhc._mhc_pre_partials, PARTIALS_SIGNATURE,
-                  {**tiles, "PDL": mhc.GRAPH_PDL}, MHC_DIV16, 4, 3, arch)
+                  {**tiles, "PDL": mhc.GRAPH_PDL}, MHC_DIV16, mhc.PARTIALS_NUM_WARPS, 3, arch)
             build(f"mhc/finish/s{splits_pow2}", mhc._mhc_pre_finish, FINISH_SIGNATURE,
                   dict(SPLITS_POW2=splits_pow2, BLOCK_N=mhc.BLOCK_N, PDL=mhc.GRAPH_PDL), [], 4, 3, arch)
             build(f"mhc/one-launch/t{block_t}/c{chunk}", mhc._mhc_pre_fused, FUSED_SIGNATURE,

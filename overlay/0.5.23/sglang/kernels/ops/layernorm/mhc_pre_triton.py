@@ -46,6 +46,12 @@ GRAPH_PDL = (
     True  # graph route: launch the finish kernel with programmatic dependent launch
 )
 EAGER_LARGE_T = 1024
+# Warps of the graph route's partials kernel, by Triton release. From 3.8 on Triton assembles with ptxas
+# --regAllocOptLevel=2, under which the 4-warp 16- and 32-token tiles keep 4-12 bytes of spill stores
+# (sm_120; sm_90 too under 3.9); 8 warps build every tile without spills. 3.6's 4-warp build has none.
+PARTIALS_NUM_WARPS = (
+    4 if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 8) else 8
+)
 _REDUCE_ELEMS = 4096  # partials the last program of a tile loads at once (registers)
 _MIN_COUNTERS = (
     4096  # arrival counters kept per device (tiles of 64 tokens: 256K tokens)
@@ -366,7 +372,7 @@ def _graph_route(
         BLOCK_N=BLOCK_N,
         BLOCK_K=block_k,
         PDL=pdl,
-        num_warps=4,
+        num_warps=PARTIALS_NUM_WARPS,
     )
     _mhc_pre_finish[(T,)](
         partials,
