@@ -32,6 +32,7 @@ class Variant:
     model: str | None = None                    # None: the tiny model
     context: int | None = None
     extra_args: list = dataclasses.field(default_factory=list)
+    tp: int = 1                                 # the server's --tp-size (GPUs)
 
 
 @dataclasses.dataclass
@@ -67,7 +68,7 @@ def build(variants: list[Variant], site_root: Path, python: str, out_dir: Path,
     """port_base: where the port search starts (PORT_BASE); runs side by side (tests) keep apart this way."""
     servers = []
     for variant, port in zip(variants, free_ports(len(variants), port_base)):
-        launch = serve_cmd.build(model=variant.model, port=port, context=variant.context, python=python,
+        launch = serve_cmd.build(model=variant.model, tp=variant.tp, port=port, context=variant.context, python=python,
                                  bundle_site=site_root, tree=variant.tree, extra_args=list(variant.extra_args))
         launch.env.update(variant.env)      # after OVERLAY_ENV: a variant's backend choice wins
         servers.append(Server(variant, port, launch, out_dir / f"{variant.name}-server.log"))

@@ -4,7 +4,7 @@ every switch on, and again with one change's switch set back to upstream's path,
     OVERLAY_EMULATE_SM120=1 python3 -m bench.upstream_e2e --bundle DIR --out DIR --gsm8k FILE
                                [--variants all,P1-off,P3-off,P4-off,pinned] [--context 131072] [--layers 4]
                                [--num-prompts 64] [--input-len 1024] [--output-len 256] [--concurrency 16]
-                               [--gsm8k-examples 100] [--gsm8k-max-tokens 256] [--start-timeout 420]
+                               [--gsm8k-examples 100] [--gsm8k-max-tokens 256] [--start-timeout 420] [--tp 1]
     python3 -m bench.upstream_e2e --report DIR      # the table again from DIR's JSON files (writes nothing)
 
 Per server, the two commands an upstream reviewer runs against a server, unchanged but for sizes:
@@ -85,7 +85,7 @@ def variants(args, model_dir: Path) -> list[server_pool.Variant]:
         if name.endswith("-off"):
             env.update(OFF_SWITCHES[name[:-len("-off")]])
         out.append(server_pool.Variant(name, "pinned" if name == "pinned" else "patched", env,
-                                       model=str(model_dir), context=args.context, extra_args=list(extra)))
+                                       model=str(model_dir), context=args.context, extra_args=list(extra), tp=args.tp))
     return out
 
 
@@ -168,7 +168,7 @@ def collect_eval_report(out_dir: Path, name: str, tmp: Path = Path("/tmp")) -> N
 def measure_server(server, args, model_dir: Path) -> dict:
     name, out = server.variant.name, args.out
     python, env = server.launch.argv[0], client_env(server)
-    record = {"variant": name, "tree": server.variant.tree, "env": server.variant.env,
+    record = {"variant": name, "tree": server.variant.tree, "env": server.variant.env, "tp": server.variant.tp,
               "server_command": server.launch.shell(), "startup_s": server.startup_s}
     jsonl = out / f"{name}-bench_serving.jsonl"
     jsonl.unlink(missing_ok=True)
@@ -256,6 +256,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--variants", type=variant_list, default=["all", "P1-off", "P3-off", "P4-off"])
     ap.add_argument("--context", type=int, default=131072, help="the server's context ceiling")
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--tp", type=int, default=1,
+                    help="the server's --tp-size: 2 or more shows the per-rank head count fix (needs as many GPUs)")
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=256)

@@ -99,6 +99,21 @@ def test_variants_are_the_patched_tree_but_pinned(tmp_path):
         ue.variant_list("all,P9-off")
 
 
+def test_tp_reaches_every_servers_command(tmp_path, monkeypatch):
+    """--tp N becomes each variant's server --tp-size N (serving/serve_cmd.py builds the command)."""
+    from bench import server_pool
+
+    built = []
+    real_build = serve_cmd.build
+    monkeypatch.setattr(serve_cmd, "build", lambda **kw: built.append(real_build(**{**kw, "bundle_site": None})) or built[-1])
+    args = _args(variants=["all", "P4-off"], tp=2)
+    server_pool.build(ue.variants(args, tmp_path), tmp_path, "python3", tmp_path, port_base=31000)
+    assert len(built) == 2
+    for launch in built:
+        assert launch.argv[launch.argv.index("--tp-size") + 1] == "2", launch.shell()
+    assert ue.parse_args(["--tp", "2"]).tp == 2 and ue.parse_args([]).tp == 1
+
+
 def test_gsm8k_file_is_checked_by_digest(tmp_path):
     wrong = tmp_path / "test.jsonl"
     wrong.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
