@@ -70,7 +70,7 @@ $(VENV)/.installed: requirements-test.txt
 # (harness/aot.py aot_runs): a venv each, since one venv holds one Triton; requirements-aot-tritonXY.txt makes
 # .venv-tritonXY. Such a venv holds only its Triton: torch (the same 2.13.0 CPU build) and numpy are .venv's,
 # reached through a .pth file, which Python puts after the venv's own site-packages, so the venv's Triton
-# shadows .venv's. That spares a 1.7 GB copy of torch per venv.
+# shadows .venv's. That spares a copy of torch and its dependencies (about 1 GB) per venv.
 AOT_VENVS := .venv-triton38 .venv-triton39
 SITE_PACKAGES = -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 .venv-triton%/.installed: requirements-aot-triton%.txt $(VENV)/.installed

@@ -3,7 +3,7 @@
 x [T, 4, 4096] bf16, hc_fn [24, 16384] fp32, T = tokens in the batch. The functions are the real
 nested `hc_pre_torch_impl` compiled out of the pristine and the patched deepseek_v4.py:
   fp32         pinned (SGLang 0.5.14)
-  bf16 torch   patched, SGLANG_SM120_MHC_PRE_TRITON=0 (bf16 F.linear, fp32 statistics)
+  switch off   patched, SGLANG_SM120_MHC_PRE_TRITON=0 (the release's fp32 code, as pinned)
   before       --before-overlay FILE: the patched function with an earlier mhc_pre_triton.py (optional)
   fused        patched default on CUDA (the overlay's fused Triton kernel)
 Timed eagerly (per call, launches included: host-bound at small T) and as CUDA-graph replays (the
@@ -87,7 +87,7 @@ def main() -> None:
     pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root)
     impls = {"fp32": C.hc_pre_torch_impl(pristine)}
     os.environ["SGLANG_SM120_MHC_PRE_TRITON"] = "0"        # read when the module flag is evaluated
-    impls["bf16 torch"] = C.hc_pre_torch_impl(patched)
+    impls["switch off"] = C.hc_pre_torch_impl(patched)
     os.environ["SGLANG_SM120_MHC_PRE_TRITON"] = "1"
     if args.before_overlay:
         impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay)))
