@@ -10,10 +10,12 @@ import tempfile
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    try:
+        (gib,) = argv
+        need = float(gib) * 2**30
+    except ValueError:
         print(f"usage: disk_check.py GIB (expected one number, found {argv!r})", file=sys.stderr)
         return 2
-    need = float(argv[0]) * 2**30
     for what, path in (("this checkout", "."), ("the temp directory", tempfile.gettempdir())):
         free = shutil.disk_usage(path).free
         if free < need:

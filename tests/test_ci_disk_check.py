@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 SCRIPT = REPO / ".ci" / "disk_check.py"
@@ -26,9 +28,10 @@ def test_too_little_disk_is_one_line_naming_need_and_free():
     assert len(lines) == 1 and "needs about 1000000000 GiB free" in lines[0] and "found" in lines[0], proc.stderr
 
 
-def test_a_missing_argument_says_what_was_expected():
-    proc = _run()
-    assert proc.returncode == 2 and "expected one number" in proc.stderr
+@pytest.mark.parametrize("args", [(), ("ten",), ("1", "2")], ids=["none", "not-a-number", "two"])
+def test_a_bad_argument_says_what_was_expected_in_one_line(args):
+    proc = _run(*args)
+    assert proc.returncode == 2 and "expected one number" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 def test_ci_checks_the_disk_before_it_installs_anything():

@@ -103,9 +103,13 @@ def test_tp_reaches_every_servers_command(tmp_path, monkeypatch):
     """--tp N becomes each variant's server --tp-size N (serving/serve_cmd.py builds the command)."""
     from bench import server_pool
 
-    built = []
-    real_build = serve_cmd.build
-    monkeypatch.setattr(serve_cmd, "build", lambda **kw: built.append(real_build(**{**kw, "bundle_site": None})) or built[-1])
+    built, real_build = [], serve_cmd.build
+
+    def build_without_bundle(**kw):   # no installed bundle here: the same command, minus the bundle's paths
+        built.append(real_build(**{**kw, "bundle_site": None}))
+        return built[-1]
+
+    monkeypatch.setattr(serve_cmd, "build", build_without_bundle)
     args = _args(variants=["all", "P4-off"], tp=2)
     server_pool.build(ue.variants(args, tmp_path), tmp_path, "python3", tmp_path, port_base=31000)
     assert len(built) == 2
