@@ -5,12 +5,16 @@ every switch on, and again with one change's switch set back to upstream's path,
                                [--variants all,P1-off,P3-off,P4-off,pinned] [--context 131072] [--layers 4]
                                [--num-prompts 64] [--input-len 1024] [--output-len 256] [--concurrency 16]
                                [--gsm8k-examples 100] [--gsm8k-max-tokens 256] [--start-timeout 420] [--tp 1]
+                               [--warmup-runs 1]
     python3 -m bench.upstream_e2e --report DIR      # the table again from DIR's JSON files (writes nothing)
 
 Per server, the two commands an upstream reviewer runs against a server, unchanged but for sizes:
   benchmark  `python3 -m sglang.bench_serving --backend sglang --dataset-name random-ids ...` (random-ids: `random`
              samples its text from ShareGPT, a download the GPU box cannot make), ignore_eos as its default;
-             its --output-file JSONL gives output tok/s, median TPOT and TTFT.
+             its --output-file JSONL gives output tok/s, median TPOT and TTFT, p99 ITL. It runs --warmup-runs
+             times first with another --seed (not recorded): a server's first pass builds the Triton kernels
+             of shapes CUDA-graph capture did not meet, a cost set by the machine's caches, not by the change
+             (BENCHMARKS.md, "... one change at a time (2026-12-05)": the p99 ITL of a fresh machine's first server).
   accuracy   `python3 -m sglang.test.run_eval --eval-name gsm8k --gsm8k-data-path FILE ...` (5-shot, greedy, the
              chat API); its score and output tok/s. run_eval writes its report to /tmp/gsm8k_<model>.{json,html};
              they are moved into DIR.
@@ -18,7 +22,8 @@ The server is serving/serve_cmd.py's launch (the plain `sglang.launch_server` co
 DeepSeek-V4-Flash-shaped model (--layers layers, real per-layer geometry, 512-token tiny vocabulary) with
 OVERLAY_DUMMY_INIT=scaled random weights. Random weights answer GSM8K with noise: its score says the route
 serves end to end, not model quality. A variant `X-off` is the patched tree with change X's switch at its
-upstream value (OFF_SWITCHES), so `all` vs `X-off` is that change alone, everything else equal.
+upstream value (OFF_SWITCHES), so `all` vs `X-off` is that change alone, everything else equal. The table
+states `all / this` only between records measured after a warm-up run.
 
 Writes DIR/<variant>.json (commands as run, parsed results), DIR/<variant>-{server.log,bench_serving.txt,
 bench_serving.jsonl,gsm8k.txt,gsm8k.json,gsm8k.html.gz}; prints the command, GPU, versions and the table.
@@ -105,7 +110,10 @@ def eval_argv(python: str, port: int, args) -> list[str]:
 
 # -- reading what the release's commands print -----------------------------------------------------------
 
-BENCH_KEYS = ("completed", "output_throughput", "median_tpot_ms", "median_ttft_ms", "duration")
+BENCH_KEYS = ("completed", "output_throughput", "median_tpot_ms", "median_ttft_ms", "p99_itl_ms", "duration")
+# bench_serving's default --seed is 42; a warm-up run draws other prompts, so the recorded run's prefixes are
+# not already in the server's radix cache.
+WARMUP_SEED = 1042
 
 
 def parse_bench_jsonl(path: Path) -> dict:
@@ -170,6 +178,15 @@ def measure_server(server, args, model_dir: Path) -> dict:
     python, env = server.launch.argv[0], client_env(server)
     record = {"variant": name, "tree": server.variant.tree, "env": server.variant.env, "tp": server.variant.tp,
               "server_command": server.launch.shell(), "startup_s": server.startup_s}
+    record["warmup_runs"] = args.warmup_runs
+    for i in range(args.warmup_runs):
+        warm = out / f"{name}-bench_serving-warmup.jsonl"
+        argv = bench_argv(python, server.port, model_dir, args, warm) + ["--seed", str(WARMUP_SEED + i)]
+        rc, _ = run_client(argv, env, out / f"{name}-bench_serving-warmup.txt")
+        if rc:
+            record["bench"] = {"error": f"bench_serving warm-up exit {rc}"}
+            record["gsm8k"] = {"error": "not run: the warm-up failed"}
+            return record
     jsonl = out / f"{name}-bench_serving.jsonl"
     jsonl.unlink(missing_ok=True)
     argv = bench_argv(python, server.port, model_dir, args, jsonl)
@@ -194,25 +211,33 @@ def fmt(x, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def comparable(a: dict, b: dict) -> bool:
+    """Two records' throughputs may be divided: both were measured after a warm-up run (without one, the
+    recorded pass carries first-use kernel builds whose cost depends on the machine's caches)."""
+    return a.get("warmup_runs", 0) >= 1 and b.get("warmup_runs", 0) >= 1
+
+
 def table(records: dict) -> str:
-    base = (records.get("all") or {}).get("bench", {}).get("output_throughput")
+    all_record = records.get("all") or {}
+    base = all_record.get("bench", {}).get("output_throughput")
     head = ("| variant | tree | switches off | bench_serving output tok/s | all / this | median TPOT ms | "
-            "median TTFT ms | GSM8K score (random weights) | run_eval output tok/s | start-up s |")
-    rows = [head, "|" + "---|" * 3 + "---:|" * 7]
+            "median TTFT ms | p99 ITL ms | GSM8K score (random weights) | run_eval output tok/s | start-up s | "
+            "warm-up runs |")
+    rows = [head, "|" + "---|" * 3 + "---:|" * 9]
     for name in VARIANT_NAMES:
         r = records.get(name)
         if r is None:
             continue
         b, g = r.get("bench", {}), r.get("gsm8k", {})
         tput = b.get("output_throughput")
-        ratio = f"{base / tput:.2f}x" if base and tput and name != "all" else "-"
+        ratio = f"{base / tput:.2f}x" if base and tput and name != "all" and comparable(all_record, r) else "-"
         off = ", ".join(f"{k}={v}" for k, v in r.get("env", {}).items() if k.startswith("SGLANG_")) or "-"
         rows.append(f"| {name} | {r.get('tree')} | {off} | {fmt(tput)} | {ratio} | {fmt(b.get('median_tpot_ms'), 2)} | "
-                    f"{fmt(b.get('median_ttft_ms'))} | {fmt(g.get('score'), 3)} | {fmt(g.get('output_tok_s'))} | "
-                    f"{fmt(r.get('startup_s'))} |")
+                    f"{fmt(b.get('median_ttft_ms'))} | {fmt(b.get('p99_itl_ms'))} | {fmt(g.get('score'), 3)} | "
+                    f"{fmt(g.get('output_tok_s'))} | {fmt(r.get('startup_s'))} | {r.get('warmup_runs', 0)} |")
         for part in (b, g):
             if "error" in part:
-                rows.append(f"| {name} | | error: {part['error']} | | | | | | | |")
+                rows.append(f"| {name} | | error: {part['error']} |" + " |" * 9)
     return "\n".join(rows)
 
 
@@ -265,6 +290,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--gsm8k-examples", type=int, default=100)
     ap.add_argument("--gsm8k-max-tokens", type=int, default=256)
     ap.add_argument("--start-timeout", type=float, default=420.0, help="seconds for each server to come up")
+    ap.add_argument("--warmup-runs", type=int, default=1, choices=range(0, 4), metavar="0..3",
+                    help="bench_serving runs before the recorded one, with other prompts (not recorded)")
     ap.add_argument("--report", type=Path, metavar="DIR", help="print the table from DIR's JSON files; writes nothing")
     return ap.parse_args(argv)
 

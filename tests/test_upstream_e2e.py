@@ -138,14 +138,72 @@ def test_run_evals_report_is_moved_out_of_tmp(tmp_path):
     assert not any(tmp.iterdir())
 
 
+def _rec(name, tput, env=None, warmup_runs=1):
+    return {"variant": name, "tree": "patched", "env": env or {}, "startup_s": 60.0, "warmup_runs": warmup_runs,
+            "bench": {"output_throughput": tput, "median_tpot_ms": 1.0, "median_ttft_ms": 9.0, "p99_itl_ms": 4.0},
+            "gsm8k": {"score": 0.01, "output_tok_s": 100.0}}
+
+
 def test_table_states_each_change_against_all(tmp_path):
-    def rec(name, tput, env=None):
-        return {"variant": name, "tree": "patched", "env": env or {}, "startup_s": 60.0,
-                "bench": {"output_throughput": tput, "median_tpot_ms": 1.0, "median_ttft_ms": 9.0},
-                "gsm8k": {"score": 0.01, "output_tok_s": 100.0}}
-    for r in (rec("all", 3000.0), rec("P1-off", 1000.0, {"SGLANG_SM120_SPARSE_DECODE": "triton"})):
+    for r in (_rec("all", 3000.0), _rec("P1-off", 1000.0, {"SGLANG_SM120_SPARSE_DECODE": "triton"})):
         (tmp_path / f"{r['variant']}.json").write_text(json.dumps(r))
     text = ue.table(ue.read_records(tmp_path))
-    assert "| P1-off | patched | SGLANG_SM120_SPARSE_DECODE=triton | 1000.0 | 3.00x |" in text
+    assert "| P1-off | patched | SGLANG_SM120_SPARSE_DECODE=triton | 1000.0 | 3.00x | 1.00 | 9.0 | 4.0 |" in text
     assert "| all | patched | - | 3000.0 | - |" in text
     assert ue.main(["--report", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("unwarmed", ["all", "P1-off"])
+def test_no_ratio_to_a_record_measured_without_a_warm_up_run(tmp_path, unwarmed):
+    """A pass without a warm-up carries first-use kernel builds (cost set by the machine's caches, not by the
+    change): its throughput is printed, never divided."""
+    for r in (_rec("all", 3000.0), _rec("P1-off", 1000.0, {"SGLANG_SM120_SPARSE_DECODE": "triton"})):
+        if r["variant"] == unwarmed:
+            del r["warmup_runs"]          # as the records of 2026-12-04 and 2026-12-05 were written
+        (tmp_path / f"{r['variant']}.json").write_text(json.dumps(r))
+    row = next(l for l in ue.table(ue.read_records(tmp_path)).splitlines() if l.startswith("| P1-off |"))
+    assert row.startswith("| P1-off | patched | SGLANG_SM120_SPARSE_DECODE=triton | 1000.0 | - |"), row
+    assert row.endswith(f"| {0 if unwarmed == 'P1-off' else 1} |"), row
+
+
+class _Launch:
+    argv, env = ["python3"], {}
+
+    def shell(self):
+        return "python3 -m sglang.launch_server ..."
+
+
+class _Server:
+    variant = ue.server_pool.Variant("all", "patched", {}, model="m")
+    launch, port, startup_s = _Launch(), 30300, 1.0
+
+
+def test_the_recorded_bench_run_comes_after_warm_up_runs_on_other_prompts(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_client(argv, env, log):
+        calls.append(argv)
+        if argv[2] == ue.BENCH_MODULE:
+            out = Path(argv[argv.index("--output-file") + 1])
+            out.write_text(json.dumps({k: 1.0 for k in ue.BENCH_KEYS}) + "\n")
+            return 0, ""
+        return 0, "Score: 0.500\nOutput throughput: 10.0 token/s\n"
+
+    monkeypatch.setattr(ue, "run_client", fake_client)
+    monkeypatch.setattr(ue.server_pool, "key_harness_lines", lambda server: [])
+    record = ue.measure_server(_Server(), _args(out=tmp_path, warmup_runs=2), Path("m"))
+    benches = [a for a in calls if a[2] == ue.BENCH_MODULE]
+    assert len(benches) == 3 and calls[-1][2] == ue.EVAL_MODULE
+    seeds = [a[a.index("--seed") + 1] if "--seed" in a else "default" for a in benches]
+    assert seeds == [str(ue.WARMUP_SEED), str(ue.WARMUP_SEED + 1), "default"]
+    assert benches[-1][benches[-1].index("--output-file") + 1] == str(tmp_path / "all-bench_serving.jsonl")
+    assert record["warmup_runs"] == 2 and record["bench"]["output_throughput"] == 1.0
+    assert '"--seed"' in _source("sglang/bench_serving.py")   # a flag of the release
+
+
+def test_a_failed_warm_up_is_the_rows_error_and_nothing_is_recorded_after_it(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ue, "run_client", lambda argv, env, log: (calls.append(argv), (3, ""))[1])
+    record = ue.measure_server(_Server(), _args(out=tmp_path, warmup_runs=1), Path("m"))
+    assert len(calls) == 1 and record["bench"] == {"error": "bench_serving warm-up exit 3"}
+    assert "error" in record["gsm8k"]
