@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError, UsageError, attestation, patchset
+from . import PatchkitError, UsageError, attestation, faults, patchset
 from .check import check_repository
 from .engine import EditedFileError, Engine
 from .lines import COPIES, copies_problems
@@ -223,6 +223,9 @@ def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = Non
     args = parser.parse_args(argv)
     if not args.version and args.command is None:
         parser.error("expected a COMMAND (or --version), found none")
+    if faults.problem():     # bad input: refused before anything is read or written
+        print(f"error: {faults.problem()}", file=sys.stderr)
+        return 2
     try:
         engine = _engine(args, repo, shipped)
         if args.version:

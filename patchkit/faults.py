@@ -14,15 +14,32 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
+
+from . import PatchkitError
+
+VARIABLE = "PATCHKIT_TEST_FAULT"
+KINDS = ("kill", "raise", "enospc", "pause")
+_ITEM = re.compile(r"(?:([A-Za-z][A-Za-z0-9_-]*):)?(" + "|".join(KINDS) + r"):(\d+)")
+
+
+def problem() -> str | None:
+    """What is wrong with PATCHKIT_TEST_FAULT, in one line (None when it is unset or well formed)."""
+    for item in os.environ.get(VARIABLE, "").split(","):
+        if item and not _ITEM.fullmatch(item):
+            return (f"{VARIABLE}: expected a comma-separated list of [POINT:]KIND:N with KIND one of "
+                    f"{', '.join(KINDS)} and N a count, found {item!r}")
+    return None
 
 
 def _specs():
-    for item in filter(None, os.environ.get("PATCHKIT_TEST_FAULT", "").split(",")):
-        parts = item.split(":")
-        if len(parts) == 2:
-            parts = ["write", *parts]
-        yield parts[0], parts[1], int(parts[2] or 0)
+    bad = problem()
+    if bad:      # the command line checks it first (exit 2); a library caller still gets one line
+        raise PatchkitError(bad)
+    for item in filter(None, os.environ.get(VARIABLE, "").split(",")):
+        where, kind, n = _ITEM.fullmatch(item).groups()
+        yield where or "write", kind, int(n)
 
 
 def point(name: str, count: int) -> None:

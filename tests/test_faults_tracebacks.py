@@ -101,3 +101,16 @@ def test_class5_journal_json_shape_is_unchanged_by_the_owner(tmp_path):
     assert cli(repo, "apply", "--target", str(site), env={**env, "PATCHKIT_TEST_FAULT": "kill:1"}).returncode == 137
     journal = json.loads((site / ".patchkit-journal.json").read_text())
     assert journal["op"] == "apply" and journal["files"] and set(journal["files"][0]) == {"path", "before", "after"}
+
+
+@pytest.mark.parametrize("spec", ["garbage", "write:boom:1", "kill:x", "apply:kill:1:2"])
+def test_a_malformed_fault_variable_is_one_line_and_exit_2_before_anything_is_written(tmp_path, spec):
+    """PATCHKIT_TEST_FAULT=garbage ended in a traceback (IndexError) from the first fault point reached."""
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    before = snapshot(site)
+    proc = cli(repo, "apply", "--target", str(site), env={**env, "PATCHKIT_TEST_FAULT": spec})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("error: PATCHKIT_TEST_FAULT: expected") and repr(spec) in lines[0], proc.stderr
+    assert snapshot(site) == before
