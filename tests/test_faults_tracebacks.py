@@ -114,3 +114,36 @@ def test_a_malformed_fault_variable_is_one_line_and_exit_2_before_anything_is_wr
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("error: PATCHKIT_TEST_FAULT: expected") and repr(spec) in lines[0], proc.stderr
     assert snapshot(site) == before
+
+
+@pytest.mark.parametrize("where", ["rebase/backup/MANIFEST.json", "rebase-done/WRITTEN.json"])
+def test_deeply_nested_rebase_backup_records_are_a_one_line_error(demo, where):
+    """rebase --abort read build/rebase/backup/MANIFEST.json (and an undo's WRITTEN.json) with json.loads:
+    100 000 '[' raised RecursionError. Every JSON read goes through jsonio's bounded reader."""
+    repo, env = demo
+    if where.startswith("rebase/"):     # killed after it rewrote patches/: --abort must read the backup
+        assert cli(repo, "rebase", "--to", "1.1", env={**env, "PATCHKIT_TEST_FAULT": "refresh:kill:1"}).returncode == 137
+    else:
+        assert cli(repo, "rebase", "--to", "1.1", env=env).returncode == 0
+    (repo / "build" / where).write_text(DEEP)
+    before = data_snapshot(repo)
+    proc = cli(repo, "rebase", "--abort", env=env)
+    assert one_line_error(proc) and where.split("/")[-1] in proc.stderr and "nested at most" in proc.stderr, proc.stderr
+    assert data_snapshot(repo) == before
+
+
+def test_every_json_read_of_patchkit_goes_through_the_bounded_reader():
+    """docs/guarantees.md: every JSON read goes through patchkit/jsonio.py (bounded size and depth, one-line errors)."""
+    import ast
+
+    from tests.engine_fixtures import REPO
+
+    calls = []
+    for path in sorted((REPO / "patchkit").rglob("*.py")):
+        if path.name == "jsonio.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("load", "loads")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"):
+                calls.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert calls == [], calls

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import PatchkitError, UsageError
+from .. import PatchkitError, UsageError, jsonio
 from ..fsio import atomic_write
 from ..lockfile import version_key
 from .reach import load_partly
@@ -65,7 +65,9 @@ def _column(engine, start, lead: str, version: str, progress, force: bool = Fals
         t0 = time.monotonic()
         with contextlib.redirect_stdout(io.StringIO()):
             start(engine, {lead: version}, True, str(report), force=force)
-        data = json.loads(report.read_text()) if report.is_file() else {"upstreams": [], "pins_moved": []}
+        data = jsonio.read(report, "a dry run's report",
+                           lambda d: None if isinstance(d, dict) else "expected a JSON object")
+        data = data if data is not None else {"upstreams": [], "pins_moved": []}
     progress(f"[matrix] {lead} {version}: {time.monotonic() - t0:.0f} s")
     pins = {n: u.version for n, u in engine.lock.upstreams.items()}
     cells = {}
