@@ -30,7 +30,7 @@ from .. import PatchkitError, UsageError, jsonio
 from ..fsio import atomic_write
 from ..lockfile import version_key
 from .reach import load_partly
-from .requires import release_versions, requirement, requires_dist, satisfies
+from .requires import is_version, release_versions, requirement, requires_dist, satisfies
 from .state import CLEAN, CONFLICT, OFFSET, RESOLVED, SUPERSEDED, UPSTREAM
 
 APPLIES, NOT_REACHED, STALE, FAILS_CHECK = "applies", "not reached", "stale", "fails check"
@@ -301,6 +301,17 @@ def parse_markdown(text: str, line: str | None = None, upstream: str | None = No
         for v, c in zip(versions, cells[1:]):
             out[v][cells[0].strip("`")] = c
     return out
+
+
+def check_arguments(after: str | None, only: str | None) -> None:
+    """Refuse a --from or --releases that names no version, before anything is locked, fetched or written."""
+    if after is not None and not is_version(after):
+        raise UsageError(f"rebase --matrix --from: expected a version (e.g. 1.2.3), found {after!r}")
+    for item in (only or "").split(","):
+        version = item.strip().partition("=")[2] if "=" in item else item.strip()
+        if item.strip() and not is_version(version):
+            raise UsageError(f"rebase --matrix --releases: expected VERSION or NAME=VERSION with a version "
+                             f"(e.g. 1.2.3), found {item.strip()!r}")
 
 
 def run_matrix(engine, start, progress, after: str | None, only: str | None, json_out: str | None,

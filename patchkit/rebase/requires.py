@@ -135,6 +135,15 @@ def pinned_version(spec: str) -> str | None:
     return m.group(2) if m else None
 
 
+def is_version(text: str) -> bool:
+    """Whether `text` is a version as pip reads one (PEP 440)."""
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
 def satisfies(version: str, spec: str) -> bool:
     try:
         return SpecifierSet(spec).contains(Version(version), prereleases=True)

@@ -77,7 +77,8 @@ def run(engine: Engine, args) -> int:
     if args.matrix:
         if args.abort or args.cont or args.to or args.dry_run or args.keep or args.force:
             raise UsageError("rebase --matrix: expected only --from, --releases, --json and --out with it")
-        from .matrix import run_matrix
+        from .matrix import check_arguments, run_matrix
+        check_arguments(args.after, args.releases)
         with repo_lock(engine.build_root, engine.repo, "rebase"):
             return run_matrix(engine, start, _progress, args.after, args.releases, args.json, args.out)
     if args.after or args.releases or args.out:
