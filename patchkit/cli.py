@@ -21,6 +21,7 @@ from .bookkeeping import RepoFiles
 from .pr import export as export_pr
 from .rebase import run as rebase
 from .report import format_state, printable_streams, table
+from .series import refuse_linked_data
 from .state import APPLIED, PRISTINE
 from .paths import under
 from .worktree import build_worktree, export_series, overlay_claims, write_overlay, write_series
@@ -132,6 +133,7 @@ def cmd_worktree(engine, args) -> int:
 
 
 def cmd_export(engine, args) -> int:
+    refuse_linked_data(engine.patches_root, engine.overlay_root)    # never written through a link
     src = _worktree_dir(engine, args)
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
