@@ -8,7 +8,8 @@ transaction's file writes). At the N-th pass through `point(POINT, N)` the proce
   pause   create $PATCHKIT_TEST_PAUSE.waiting, then wait until $PATCHKIT_TEST_PAUSE exists (at most 60 s)
 Points: write, rollback (transaction.py), tmp (between a temp file's write and its rename), unpack
 (pristine.py, per file), backup, restore (backup.py), replay, refresh (rebase.py), fetched (fetch.py: a
-cached wheel verified and open, before it is read).
+cached wheel verified and open, before it is read), pr-body (export-pr: a PR body between its temp file
+and its rename).
 """
 from __future__ import annotations
 
