@@ -6,6 +6,7 @@ The caller (apply.py) names the repository and may add subcommands of its own (`
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import shutil
 import sys
@@ -216,6 +217,14 @@ def _engine(args, repo: Path | None, shipped: Path | None) -> Engine:
     raise PatchkitError(f"expected a checkout (pin.lock in {Path.cwd()} or a parent) or --repo DIR, found neither")
 
 
+def os_error(exc: OSError) -> str:
+    """An error of the machine in one line, naming the file it was about (as git and pip do)."""
+    text = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    if exc.errno == errno.ENOSPC:
+        text += " (the disk holding it is full: free space there and run the command again)"
+    return text
+
+
 def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = None) -> int:
     """Run one command on the repository `repo` (a checkout, None if none was found), else `shipped` (an
     installed package's own pin.lock, patches/ and overlay/, read-only); `extensions` add the caller's own
@@ -243,7 +252,7 @@ def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = Non
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:   # the machine's (a full disk, a permission): still one line, never a traceback
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {os_error(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
