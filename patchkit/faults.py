@@ -8,8 +8,9 @@ transaction's file writes). At the N-th pass through `point(POINT, N)` the proce
   pause   create $PATCHKIT_TEST_PAUSE.waiting, then wait until $PATCHKIT_TEST_PAUSE exists (at most 60 s)
 Points: write, rollback (transaction.py), tmp (between a temp file's write and its rename), unpack
 (pristine.py, per file), backup, restore (backup.py), replay, refresh (rebase.py), fetched (fetch.py: a
-cached wheel verified and open, before it is read), pr-body (export-pr: a PR body between its temp file
-and its rename).
+cached wheel verified and open, before it is read), downloaded (fetch.py: pip has saved a wheel into its
+download folder, nothing verified or cached yet), pr-body (export-pr: a PR body between its temp file and
+its rename).
 """
 from __future__ import annotations
 
