@@ -443,16 +443,19 @@ def run(engine, args) -> int:
             write_body(pl.body_path, pl.body)
             written.append((pl.body_path, old_bytes))
     except (PatchkitError, OSError) as exc:
-        for path, old_bytes in reversed(written):
-            if old_bytes is None:
-                fsio.remove_stale([path])
-            else:
-                fsio.atomic_write(path, old_bytes)
-        for pl in made:
+        for pl in made:      # the branches first: they are what would make a re-run refuse
             checkout_git(repo, "config", "--unset", f"branch.{pl.branch}.description", check=False)
             checkout_git(repo, "update-ref", "-d", f"refs/heads/{pl.branch}", pl.commit, check=False)
-        raise PatchkitError(f"export-pr: {str(exc).removeprefix('export-pr: ')}; nothing kept: no branch made, "
-                            "no PR body written") from None
+        kept = []
+        for path, old_bytes in reversed(written):
+            try:
+                fsio.remove_stale([path]) if old_bytes is None else fsio.atomic_write(path, old_bytes)
+            except (PatchkitError, OSError):
+                kept.append(str(path))
+        said = (f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename and exc.strerror
+                else str(exc))
+        raise PatchkitError(f"export-pr: {said.removeprefix('export-pr: ')}; nothing kept: no branch made, "
+                            + (f"but {', '.join(kept)} could not be put back" if kept else "no PR body written")) from None
     gh_repo = _github_repo(up.repo)
     gh_base = base_name if branch_exists(repo, base_name) else "BRANCH"
     if gh_base == "BRANCH":
