@@ -95,3 +95,15 @@ def test_rebase_matrix_from_or_releases_not_a_version_is_one_line_and_exit_2(dem
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
         assert "expected" in lines[0] and "version" in lines[0] and repr(args[1].split(",")[-1]) in lines[0], lines
         assert data_snapshot(repo) == before and not (repo / "build").exists()
+
+
+def test_rebase_to_not_a_version_is_one_line_and_exit_2(demo):
+    """`rebase --to not-a-version` took the lock and asked pip, which answered "Invalid requirement" (exit 1)."""
+    repo, env = demo
+    for spec in ("not-a-version", "demo=x.y"):
+        before = data_snapshot(repo)
+        proc = cli(repo, "rebase", "--to", spec, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (spec, proc.stderr)
+        assert "rebase --to: expected" in lines[0] and repr(spec) in lines[0], lines
+        assert data_snapshot(repo) == before and not (repo / "build").exists()
