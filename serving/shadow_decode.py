@@ -77,8 +77,11 @@ def wrap(module, entry: str, reference, say, compiling) -> bool:
     return True
 
 
+_clock = time.monotonic     # what "a second has passed" is read from (the tests step it by hand)
+
+
 def _log(state, say) -> None:
-    now = time.monotonic()
+    now = _clock()
     seen = (float(state["error"]), int(state["calls"]))
     if seen != state["logged"] and now - state["at"] >= 1.0:
         state["logged"], state["at"] = seen, now

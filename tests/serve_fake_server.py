@@ -101,8 +101,13 @@ def _handler(mode: str):
                 def write_later():
                     import gzip
                     time.sleep(0.3)
-                    with gzip.open(os.path.join(folder, f"{prefix}-1-TP-0.trace.json.gz"), "wt") as fh:
+                    # written whole, then renamed: however loaded the machine, a reader that sees the file
+                    # reads all of it (the driver waits for it to appear, under a hang guard)
+                    final = os.path.join(folder, f"{prefix}-1-TP-0.trace.json.gz")
+                    partial = os.path.join(folder, ".partial-trace")     # a name no trace glob matches
+                    with gzip.open(partial, "wt") as fh:
                         json.dump(trace, fh)
+                    os.replace(partial, final)
                 __import__("threading").Thread(target=write_later, daemon=True).start()
                 data = b"Start profiling.\n"
                 self.send_response(200)

@@ -172,3 +172,25 @@ def test_a_tree_without_a_manifest_says_so_in_its_one_line(patched_root, tmp_pat
     shutil.copy2(patched_root / ENGINE_PY, tree / ENGINE_PY)
     line = start_up_line(tree, caplog)
     assert line.startswith(f"patch set: no readable attestation at {tree / attestation.MANIFEST} (FileNotFoundError")
+
+
+def test_a_manifest_of_another_version_with_the_same_digest_is_not_this_patch_set(tmp_path, monkeypatch):
+    """status and doctor said "(this patch set)" when only the digest matched: a manifest naming another version
+    (the same files, released again under a new version) is not the set this repository holds."""
+    from tests.fault_fixtures import cli as demo_cli, demo_repo, demo_target
+
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    assert demo_cli(repo, "apply", "--target", str(site), env=env).returncode == 0
+    manifest = site / attestation.MANIFEST
+    data = json.loads(manifest.read_text())
+    data["version"] = "0.0.1"               # what an earlier release of these same files attested
+    manifest.write_text(json.dumps(data))
+    status = demo_cli(repo, "status", "--target", str(site), env=env)
+    assert "attestation: line 1.0, version 0.0.1" in status.stdout and "(NOT this patch set: " in status.stdout \
+        and "(this patch set)" not in status.stdout, status.stdout
+    monkeypatch.setenv("PATCHKIT_CACHE", env["PATCHKIT_CACHE"])
+    _, lines = doctor.patch_status(site, Engine.from_repo(repo, line="1.0"))
+    assert any("version 0.0.1" in l and "(NOT this patch set: " in l for l in lines), lines
+    assert demo_cli(repo, "apply", "--target", str(site), env=env).returncode == 0     # apply re-attests it
+    assert "(this patch set)" in demo_cli(repo, "status", "--target", str(site), env=env).stdout

@@ -197,3 +197,37 @@ def test_every_patch_test_trailer_names_a_file_of_the_repository():
                     trailers += 1
                     assert (REPO / name.strip()).is_file(), f"{patch.relative_to(REPO)}: Test: {name.strip()} is not a file"
     assert trailers
+
+
+def test_readme_worktree_snippet_names_the_directories_the_commands_use(monkeypatch):
+    """README's "to add or change a patch" snippet cd'ed into build/work/0.5.14/sglang while `apply.py worktree
+    sglang` (no --line: the newest line) makes build/work/0.5.23/sglang. Every build/work/L/U and patches/L/U a
+    code block names beside `worktree` or `export` must be the one those commands, as written, use."""
+    import shlex
+
+    from patchkit.cli import _worktree_dir, build_parser
+    from patchkit.engine import Engine
+
+    monkeypatch.delenv("PATCHKIT_LINE", raising=False)      # a reader's shell: the default line
+    blocks, block = [], None
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            block = [] if block is None else blocks.append("\n".join(block))
+        elif block is not None:
+            block.append(line)
+    checked = 0
+    for block in blocks:
+        commands = [shlex.split(m) for m in re.findall(r"python3? apply\.py ((?:worktree|export) [^#\n&|;]*)", block)]
+        if not commands:
+            continue
+        args = build_parser().parse_args(commands[0])
+        engine = Engine.from_repo(REPO, line=getattr(args, "line", None))
+        want_work = _worktree_dir(engine, args).relative_to(REPO).as_posix()
+        want_patches = (engine.patches_root / args.upstream).relative_to(REPO).as_posix()
+        for named in re.findall(r"build/work/[\w.-]+/[\w.-]+", block):
+            assert named == want_work, f"README names {named}; `{' '.join(commands[0])}` makes {want_work}"
+            checked += 1
+        for named in re.findall(r"patches/[\w.-]+/[\w.-]+", block):
+            assert named.rstrip("/") == want_patches, f"README names {named}; export writes {want_patches}/"
+            checked += 1
+    assert checked, "README.md shows no worktree/export snippet naming its directories"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.engine_fixtures import REPO
-from tests.fault_fixtures import RELEASES, cli, demo_repo, one_line_error
+from tests.fault_fixtures import RELEASES, cli, data_snapshot, demo_repo, one_line_error
 from patchkit.rebase.run import format_report
 from patchkit.rebase.state import Outcome, Pin, RebaseState, UpstreamRebase
 
@@ -83,3 +83,27 @@ def test_rebase_summary_never_says_kept_for_a_dropped_patch():
     kept = next(l for l in report.splitlines() if "(kept;" in l)
     assert "0001-kept.patch" in kept and "0002-dropped" not in kept and "0003-upstream" not in kept, report
     assert any(l.startswith("dropped") and "0002-dropped.patch" in l for l in report.splitlines()), report
+
+
+def test_rebase_matrix_from_or_releases_not_a_version_is_one_line_and_exit_2(demo):
+    """`rebase --matrix --from not-a-version` ended in a traceback (packaging's InvalidVersion)."""
+    repo, env = demo
+    for args in (["--from", "not-a-version"], ["--releases", "1.1,demo=x.y"]):
+        before = data_snapshot(repo)
+        proc = cli(repo, "rebase", "--matrix", *args, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert "expected" in lines[0] and "version" in lines[0] and repr(args[1].split(",")[-1]) in lines[0], lines
+        assert data_snapshot(repo) == before and not (repo / "build").exists()
+
+
+def test_rebase_to_not_a_version_is_one_line_and_exit_2(demo):
+    """`rebase --to not-a-version` took the lock and asked pip, which answered "Invalid requirement" (exit 1)."""
+    repo, env = demo
+    for spec in ("not-a-version", "demo=x.y"):
+        before = data_snapshot(repo)
+        proc = cli(repo, "rebase", "--to", spec, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (spec, proc.stderr)
+        assert "rebase --to: expected" in lines[0] and repr(spec) in lines[0], lines
+        assert data_snapshot(repo) == before and not (repo / "build").exists()

@@ -139,3 +139,24 @@ def test_forged_rebase_state_is_refused_on_continue(demo):
     proc = cli(repo, "rebase", "--continue", env=env)
     assert one_line_error(proc) and "../../../pin.lock" in proc.stderr, proc.stderr
     assert data_snapshot(repo) == before
+
+
+@pytest.mark.parametrize("fault,where", [("unpack:enospc:2", "build/site-1.0/demo/"), ("tmp:enospc:0", "journal"),
+                                         ("tmp:enospc:1", "site/demo/"), ("write:enospc:1", "site/demo/")])
+def test_a_full_disk_names_the_path_it_was_writing(tmp_path, fault, where):
+    """ENOSPC (injected through faults.py) said `[Errno 28] No space left on device` with no path: the user could
+    not tell which disk to free. Each write path names its file, and the tree is left as it was."""
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    target = [] if fault.startswith("unpack") else ["--target", str(site)]
+    before = snapshot(site)
+    proc = cli(repo, "apply", *target, env={**env, "PATCHKIT_TEST_FAULT": fault})
+    assert one_line_error(proc) and "No space left on device" in proc.stderr and "free space" in proc.stderr, proc.stderr
+    path = repo / "build" / "site-1.0" if fault.startswith("unpack") else site
+    named = proc.stderr.split("error: ", 1)[1]
+    assert str(path) in named and (where if where != "journal" else ".patchkit-journal.json") in named, proc.stderr
+    assert "[Errno" not in proc.stderr, proc.stderr
+    assert snapshot(site) == before
+    if fault.startswith("unpack"):         # all or nothing: the next run unpacks and applies
+        assert not (repo / "build" / "site-1.0" / "demo").exists()
+    assert cli(repo, "apply", *target, env=env).returncode == 0

@@ -170,3 +170,25 @@ def test_a_symlinked_pin_lock_in_a_cloned_repository_is_refused_in_one_line(tmp_
         proc = cli(repo, cmd, "--target", str(site), env=env)
         assert one_line_error(proc) and "pin.lock" in proc.stderr and "found a symlink" in proc.stderr, (cmd, proc.stderr)
     assert snapshot(site) == before and (elsewhere / "pin.lock").read_bytes() == pins
+
+
+@pytest.mark.parametrize("linked", ["overlay", "patches", "patches/1.0"])
+def test_a_symlinked_data_directory_is_refused_like_overlay_line(tmp_path, linked):
+    """`overlay/`, `patches/` or `patches/<line>/` committed as a link to a directory elsewhere: check passed and
+    apply wrote bytes from outside the repository (a link at overlay/<line> was already refused)."""
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    assert cli(repo, "worktree", PACKAGE, env=env).returncode == 0     # made before the link: export's source
+    elsewhere = tmp_path / "elsewhere"
+    (repo / linked).rename(elsewhere)
+    os.symlink(os.path.relpath(elsewhere, (repo / linked).parent), repo / linked)
+    outside = snapshot(elsewhere)
+    before = snapshot(site)
+    for args in (["check"], ["status", "--target", str(site)], ["apply", "--target", str(site)]):
+        proc = cli(repo, *args, env=env)
+        assert one_line_error(proc) and f"{repo / linked}: expected a directory of the repository, found a symlink" \
+            in proc.stderr, (args, proc.stdout + proc.stderr)
+    assert snapshot(site) == before
+    proc = cli(repo, "export", PACKAGE, env=env)
+    assert one_line_error(proc) and "found a symlink" in proc.stderr, proc.stderr
+    assert snapshot(elsewhere) == outside

@@ -101,3 +101,49 @@ def test_class5_journal_json_shape_is_unchanged_by_the_owner(tmp_path):
     assert cli(repo, "apply", "--target", str(site), env={**env, "PATCHKIT_TEST_FAULT": "kill:1"}).returncode == 137
     journal = json.loads((site / ".patchkit-journal.json").read_text())
     assert journal["op"] == "apply" and journal["files"] and set(journal["files"][0]) == {"path", "before", "after"}
+
+
+@pytest.mark.parametrize("spec", ["garbage", "write:boom:1", "kill:x", "apply:kill:1:2"])
+def test_a_malformed_fault_variable_is_one_line_and_exit_2_before_anything_is_written(tmp_path, spec):
+    """PATCHKIT_TEST_FAULT=garbage ended in a traceback (IndexError) from the first fault point reached."""
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    before = snapshot(site)
+    proc = cli(repo, "apply", "--target", str(site), env={**env, "PATCHKIT_TEST_FAULT": spec})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("error: PATCHKIT_TEST_FAULT: expected") and repr(spec) in lines[0], proc.stderr
+    assert snapshot(site) == before
+
+
+@pytest.mark.parametrize("where", ["rebase/backup/MANIFEST.json", "rebase-done/WRITTEN.json"])
+def test_deeply_nested_rebase_backup_records_are_a_one_line_error(demo, where):
+    """rebase --abort read build/rebase/backup/MANIFEST.json (and an undo's WRITTEN.json) with json.loads:
+    100 000 '[' raised RecursionError. Every JSON read goes through jsonio's bounded reader."""
+    repo, env = demo
+    if where.startswith("rebase/"):     # killed after it rewrote patches/: --abort must read the backup
+        assert cli(repo, "rebase", "--to", "1.1", env={**env, "PATCHKIT_TEST_FAULT": "refresh:kill:1"}).returncode == 137
+    else:
+        assert cli(repo, "rebase", "--to", "1.1", env=env).returncode == 0
+    (repo / "build" / where).write_text(DEEP)
+    before = data_snapshot(repo)
+    proc = cli(repo, "rebase", "--abort", env=env)
+    assert one_line_error(proc) and where.split("/")[-1] in proc.stderr and "nested at most" in proc.stderr, proc.stderr
+    assert data_snapshot(repo) == before
+
+
+def test_every_json_read_of_patchkit_goes_through_the_bounded_reader():
+    """docs/guarantees.md: every JSON read goes through patchkit/jsonio.py (bounded size and depth, one-line errors)."""
+    import ast
+
+    from tests.engine_fixtures import REPO
+
+    calls = []
+    for path in sorted((REPO / "patchkit").rglob("*.py")):
+        if path.name == "jsonio.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("load", "loads")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"):
+                calls.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert calls == [], calls

@@ -8,10 +8,12 @@ machine's own pip settings never reach it, and nothing needs the network.
 from __future__ import annotations
 
 import dataclasses
+import re
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -206,3 +208,62 @@ def test_make_apply_with_a_wrong_sha256_is_one_line_and_caches_nothing(tmp_path,
     proc = cli(repo, "apply", "--target", str(site), env={**env, **pip_env(tmp_path / "pip", pip_conf(index_url))})
     assert one_line_error(proc) and "sha256 mismatch" in proc.stderr and "nothing cached" in proc.stderr, proc.stderr
     assert [p.name for p in (tmp_path / "r" / "cache" / "artifacts").iterdir()] == []
+
+
+def test_a_wrong_sha256_in_pin_lock_names_both_digests_and_never_advises_deleting_the_cached_wheel(tmp_path):
+    """A pin.lock whose sha256 was mistyped said "delete the file to fetch it again" of the good cached wheel
+    (and a fetch again would only disagree with the pin once more)."""
+    from tests.engine_fixtures import snapshot
+
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    lock = (repo / "pin.lock").read_text()
+    good = re.search(r'sha256 = "([0-9a-f]{64})"', lock).group(1)
+    wrong = "0" * 64
+    (repo / "pin.lock").write_text(lock.replace(good, wrong))
+    cached = Path(env["PATCHKIT_CACHE"]) / "artifacts" / "demo-1.0-py3-none-any.whl"
+    wheel, before = cached.read_bytes(), snapshot(site)
+    proc = cli(repo, "apply", "--target", str(site), env=env)
+    assert one_line_error(proc) and wrong in proc.stderr and good in proc.stderr, proc.stderr
+    assert "pin.lock" in proc.stderr and "disagree" in proc.stderr and "delete" not in proc.stderr, proc.stderr
+    assert cached.read_bytes() == wheel and snapshot(site) == before
+
+
+def test_a_download_folder_left_by_a_killed_fetch_is_removed_at_the_next_fetch(tmp_path, index_url):
+    """A kill during the download left `.pip-download-*` (with a whole wheel in it) in the cache for ever; the
+    next fetch removes it, as pip removes its own temp directories. One still in use is left alone."""
+    repo, env = demo_repo(tmp_path / "r")
+    artifacts = tmp_path / "r" / "cache" / "artifacts"
+    shutil.rmtree(artifacts.parent)
+    env = {**env, **pip_env(tmp_path / "pip", pip_conf(index_url))}
+    killed = cli(repo, "fetch", env={**env, "PATCHKIT_TEST_FAULT": "downloaded:kill:0"})
+    assert killed.returncode == 137, killed.stderr
+    left = [p.name for p in artifacts.iterdir()]
+    assert len(left) == 1 and left[0].startswith(fetch_mod.DOWNLOAD_PREFIX), left
+    again = cli(repo, "fetch", env=env)
+    assert again.returncode == 0 and left[0] in again.stdout and "interrupted fetch" in again.stdout, again.stdout
+    assert [p.name for p in artifacts.iterdir()] == [PINNED]
+
+
+def test_a_download_folder_in_use_by_another_run_is_left_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    with fetch_mod._download_dir() as files:
+        (files / "partial.whl").write_bytes(b"half a wheel")
+        assert fetch_mod.remove_abandoned_downloads(log=lambda *_: None) == []
+        assert (files / "partial.whl").is_file()
+    assert list(fetch_mod.cache_dir().iterdir()) == []
+
+
+def test_a_download_folder_an_earlier_version_left_is_removed_at_the_next_fetch(tmp_path, index_url):
+    """Left by a run killed during the download before download folders carried their lock file (no lock file,
+    and older than a folder being created this instant can be): removed at the next fetch too."""
+    repo, env = demo_repo(tmp_path / "r")
+    artifacts = tmp_path / "r" / "cache" / "artifacts"
+    (artifacts / PINNED).unlink()
+    left = artifacts / ".pip-download-k1ll3d"
+    left.mkdir()
+    (left / PINNED).write_bytes(b"the first half of a wheel")
+    os.utime(left, (1_000_000_000, 1_000_000_000))
+    proc = cli(repo, "fetch", env={**env, **pip_env(tmp_path / "pip", pip_conf(index_url))})
+    assert proc.returncode == 0 and str(left) in proc.stdout, proc.stdout + proc.stderr
+    assert [p.name for p in artifacts.iterdir()] == [PINNED]

@@ -33,7 +33,7 @@ from .backup import backup_problem, mirror, restore, snapshot
 from .undo import done_dir, keep_undo, undo
 from .pins import follow
 from .reach import load_partly
-from .requires import cached_wheel
+from .requires import cached_wheel, is_version
 from .replay import Replayer, build_rebase_repo
 from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
                     Stop, UpstreamRebase)
@@ -77,7 +77,8 @@ def run(engine: Engine, args) -> int:
     if args.matrix:
         if args.abort or args.cont or args.to or args.dry_run or args.keep or args.force:
             raise UsageError("rebase --matrix: expected only --from, --releases, --json and --out with it")
-        from .matrix import run_matrix
+        from .matrix import check_arguments, run_matrix
+        check_arguments(args.after, args.releases)
         with repo_lock(engine.build_root, engine.repo, "rebase"):
             return run_matrix(engine, start, _progress, args.after, args.releases, args.json, args.out)
     if args.after or args.releases or args.out:
@@ -112,6 +113,8 @@ def _targets(lock, specs: list[str]) -> dict[str, str]:
         if name in lock.runtime and name not in lock.upstreams:
             continue         # a [runtime] value (--to torch=2.14.1): _runtime_overrides
         lock.upstream(name)
+        if not is_version(version):     # said here, not as pip's "Invalid requirement" after the lock is taken
+            raise UsageError(f"rebase --to: expected [NAME=]VERSION with a version (e.g. 1.2.3), found {spec!r}")
         targets[name] = version
     if not targets:
         raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")
