@@ -202,10 +202,12 @@ prebuild-jit: $(VENV)/.installed
 # build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/peers/).
 # Both live in the ignored build/: they travel only where a call names them in `carry`.
 CARRY_TRITON ?= 3.8.0
+# CARRY_ARCHS: the GPU archs the payload compiles for (each keeps the ptxas the release's get_ptxas picks for it)
+CARRY_ARCHS  ?= 90,120
 CARRY_PEERS  ?= 0.7.2 0.7.4
 .PHONY: carry-triton carry-peers
 carry-triton:
-	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON)
+	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON) --archs $(CARRY_ARCHS)
 
 carry-peers: $(VENV)/.installed
 	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.peers.flashinfer_sm120_sources --flashinfer $$v; \
