@@ -273,8 +273,9 @@ def wheel_entries(wheel: Path, record: dict, archs=DEFAULT_ARCHS):
         needed = {p: "get_ptxas picks it for " + ", ".join(f"sm_{a}" for a, q in ptxas_for.items() if q == p)
                   for p in set(ptxas_for.values())}
         launcher = launcher_paths(read)
-        record["ptxas"] = {f"sm_{a}": p for a, p in ptxas_for.items()}
-        record["launcher"] = launcher
+        # filled in place: the manifest's meta holds these very objects (pack writes it after the last entry)
+        record.setdefault("ptxas", {}).update({f"sm_{a}": p for a, p in ptxas_for.items()})
+        record.setdefault("launcher", []).extend(launcher)
         for info in zf.infolist():
             name = info.filename
             if name.endswith("/"):
@@ -306,7 +307,7 @@ def wheel_entries(wheel: Path, record: dict, archs=DEFAULT_ARCHS):
 def build(version: str, python: str, out: Path, downloads: Path, archs=DEFAULT_ARCHS, log=print) -> Path:
     """OUT/payload.tar.xz + OUT/manifest.json from the release's wheel; OUT is written whole or not at all."""
     wheel = download_wheel(version, python, downloads)
-    record = {"dropped": [], "stripped": []}
+    record = {"dropped": [], "stripped": [], "ptxas": {}, "launcher": []}
     meta = {"release": version, "python": python, "archs": list(archs), "wheel": wheel.name,
             "wheel_sha256": file_sha256(wheel), **record}
     manifest = pack(wheel_entries(wheel, record, archs), out, meta)

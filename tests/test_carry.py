@@ -288,3 +288,15 @@ def test_cli_refuses_archs_that_are_not_numbers(capsys):
     assert carry_triton.main(["build", "--version", "3.9.0", "--archs", "hopper"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: expected --archs as compute capabilities such as 90,120, found 'hopper'"
+
+
+def test_the_manifest_says_which_ptxas_each_arch_uses_and_what_the_launcher_needs(tmp_path, monkeypatch):
+    wheel = release_wheel("3.9", tmp_path)
+    monkeypatch.setattr(carry_triton, "download_wheel", lambda version, python, dest: wheel)
+    monkeypatch.setattr(carry_triton, "strip_bytes", lambda data, name: data)
+    carry_triton.build("3.9.0", "3.12", tmp_path / "out", tmp_path, log=lambda line: None)
+    manifest = json.loads((tmp_path / "out" / carry.MANIFEST).read_text())
+    assert manifest["archs"] == [90, 120] and manifest["wheel"] == WHEEL_NAMES["3.9"]
+    assert manifest["ptxas"] == {"sm_90": BLACKWELL, "sm_120": BLACKWELL}
+    assert manifest["launcher"] == ["triton/backends/nvidia/driver.c", "triton/backends/nvidia/include"]
+    assert BLACKWELL in {m["path"] for m in manifest["members"]}
