@@ -127,3 +127,32 @@ def test_the_choice_reaches_every_launch_and_the_switch_flips_it(path, calls, ke
     monkeypatch.setattr(module, "ENABLE_FP_FUSION", not module.ENABLE_FP_FUSION)
     calls(module)
     assert set(seen.fusion().values()) == {module.ENABLE_FP_FUSION}, seen.fusion()
+
+
+AOT_PROBE = '''
+import json, sys
+from harness.aot import compile_kernel
+from harness.upstream import load_module
+mod = load_module(sys.argv[1], "fusion_probe")
+k = compile_kernel(mod._axpy, dict(x_ptr="*fp32", y_ptr="*fp32", a="fp32"), dict(BLOCK=128), [], 4, 1, 90)
+print(json.dumps({"enable_fp_fusion": k.metadata.enable_fp_fusion, "fma": "fma.rn.f32" in k.asm["ptx"]}))
+'''
+
+
+@pytest.mark.parametrize("choice", [False, True])
+def test_the_aot_gate_compiles_with_the_choice_the_module_states(choice, tmp_path):
+    """harness.aot.compile_kernel (every gate's compile) builds a kernel with its module's ENABLE_FP_FUSION, as the
+    launches pass it: off, a * x + y stays a multiply and an add in the PTX."""
+    import json
+    import subprocess
+    import sys
+
+    src = tmp_path / "axpy.py"
+    src.write_text(f"import triton\nimport triton.language as tl\n\nENABLE_FP_FUSION = {choice}\n\n\n@triton.jit\n"
+                   "def _axpy(x_ptr, y_ptr, a, BLOCK: tl.constexpr):\n    o = tl.arange(0, BLOCK)\n"
+                   "    tl.store(y_ptr + o, a * tl.load(x_ptr + o) + tl.load(y_ptr + o))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", AOT_PROBE, str(src)], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"enable_fp_fusion": choice, "fma": choice}
