@@ -35,7 +35,7 @@ help:
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make carry-size               do the tree and build/bundle leave 16 of the 64 MiB a call to the lent GPU machine carries?"
-	@echo "make carry-triton [CARRY_TRITON=3.8.0]   build/carry-triton-VERSION: a Triton release packed for one GPU-box call"
+	@echo "make carry-triton [CARRY_TRITON=3.8.0] [CARRY_ARCHS=90,120]   build/carry-triton-VERSION: a Triton release packed for one call to the GPU machine"
 	@echo "make carry-peers [CARRY_PEERS=\"0.7.2 0.7.4\"]   build/carry-peer-VERSION: FlashInfer's sm_120 decode built for sm_90a, packed"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
