@@ -157,8 +157,9 @@ def release_get_ptxas(read: Reader) -> Callable[[int], str]:
     run against its knobs' tool names (it compares the arch and returns a knob; nothing else is in reach)."""
     fn = next((n for n in ast.parse(read(COMPILER)).body if isinstance(n, ast.FunctionDef) and n.name == "get_ptxas"),
               None)
-    if fn is None:
-        raise CarryError(f"expected {COMPILER} to define get_ptxas(arch), the rule that picks ptxas, found none")
+    if fn is None or len(fn.args.args) != 1:
+        raise CarryError(f"expected {COMPILER} to define get_ptxas(arch), the rule that picks ptxas, found "
+                         f"{'none' if fn is None else ast.unparse(fn.args) or 'no argument'}")
     fn.returns, fn.args.args[0].annotation = None, None
     knobs = type("knobs", (), {"nvidia": type("nvidia", (), nvidia_tools(read))})
     scope = {"__builtins__": {}, "knobs": knobs}
