@@ -39,9 +39,11 @@ from bench.carry import MIB, PAYLOAD, CarryError, file_sha256, install, pack
 try:
     from packaging import tags as wheel_tags
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
 except ImportError:  # pip carries its own copy; pip is what downloads the wheel anyway
     from pip._vendor.packaging import tags as wheel_tags
     from pip._vendor.packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from pip._vendor.packaging.version import InvalidVersion, Version
 
 REPO = Path(__file__).resolve().parents[1]
 # sm_90: the GPU machine (H100/H200); sm_120: the users' RTX PRO 6000 and other Blackwell workstation cards.
@@ -105,7 +107,7 @@ def pick_wheel(candidates: list[Path], version: str, python: str) -> Path | None
         except InvalidWheelFilename:
             continue
         score = min((rank[t] for t in file_tags if t in rank), default=None)
-        if name == "triton" and str(ver) == version and score is not None and (best is None or score < best[0]):
+        if name == "triton" and ver == Version(version) and score is not None and (best is None or score < best[0]):
             best = (score, path)
     return best[1] if best else None
 
@@ -118,20 +120,24 @@ def pip_errors(stderr: str) -> str:
 
 def download_wheel(version: str, python: str, dest: Path) -> Path:
     """The release's manylinux x86_64 wheel for CPython `python`, through pip's own configuration."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise CarryError(f"expected a Triton release such as 3.9.0, found {version!r}") from None
     dest.mkdir(parents=True, exist_ok=True)
-    found = pick_wheel(sorted(dest.glob(f"triton-{version}-*.whl")), version, python)
+    found = pick_wheel(sorted(dest.glob("triton-*.whl")), version, python)
     if found:
         return found
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", python,
            "--implementation", "cp", *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(dest),
            f"triton=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    found = pick_wheel(sorted(dest.glob(f"triton-{version}-*.whl")), version, python)
+    found = pick_wheel(sorted(dest.glob("triton-*.whl")), version, python)
     if proc.returncode:
         raise CarryError(f"expected pip to download triton=={version} for CPython {python} on x86_64 Linux, "
                          f"found pip failing (exit {proc.returncode}): {pip_errors(proc.stderr)}")
     if not found:
-        got = ", ".join(p.name for p in sorted(dest.glob(f"triton-{version}-*.whl"))) or "no triton wheel"
+        got = ", ".join(p.name for p in sorted(dest.glob("triton-*.whl")) if version in p.name) or "no triton wheel"
         raise CarryError(f"expected a triton {version} wheel CPython {python} installs on x86_64 Linux (best tag "
                          f"{supported_tags(python)[0]}), found {got} in {dest}")
     return found
