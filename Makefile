@@ -35,7 +35,7 @@ help:
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make carry-size               do the tree and build/bundle leave 16 of the 64 MiB a call to the lent GPU machine carries?"
-	@echo "make carry-triton [CARRY_TRITON=3.8.0]   build/carry-triton-VERSION: a Triton release packed for one GPU-box call"
+	@echo "make carry-triton [CARRY_TRITON=3.8.0] [CARRY_ARCHS=90,120]   build/carry-triton-VERSION: a Triton release packed for one call to the GPU machine"
 	@echo "make carry-peers [CARRY_PEERS=\"0.7.2 0.7.4\"]   build/carry-peer-VERSION: FlashInfer's sm_120 decode built for sm_90a, packed"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
@@ -202,10 +202,12 @@ prebuild-jit: $(VENV)/.installed
 # build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/peers/).
 # Both live in the ignored build/: they travel only where a call names them in `carry`.
 CARRY_TRITON ?= 3.8.0
+# CARRY_ARCHS: the GPU archs the payload compiles for (each keeps the ptxas the release's get_ptxas picks for it)
+CARRY_ARCHS  ?= 90,120
 CARRY_PEERS  ?= 0.7.2 0.7.4
 .PHONY: carry-triton carry-peers
 carry-triton:
-	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON)
+	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON) --archs $(CARRY_ARCHS)
 
 carry-peers: $(VENV)/.installed
 	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.peers.flashinfer_sm120_sources --flashinfer $$v; \

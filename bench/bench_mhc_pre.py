@@ -13,8 +13,13 @@ routes' repeats interleaved (fp32, before, fused, fp32, ...).
 does during SGLang's capture. --sweep: the one-launch kernel (the eager route) replayed in a graph,
 i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
 (eager and sweep) against float64 over the 2^-8 bound of tests/test_mhc_bf16.py (<= 1 passes).
+--fp-fusion both: the fused kernel's two routes (graph: two launches; one-launch) with FP fusion on and off, same
+inputs, as CUDA-graph replays, each with its error against float64 (err/bound and the relative error).
+--kernel-only: that table alone, for the overlay kernel file (no pinned trees: with --release-tree, a folder of
+bench/release_slice.py, nothing of the wheel is needed).
 
-    python3 -m bench.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE] [--fp-fusion both]
+    python3 -m bench.bench_mhc_pre --kernel-only --fp-fusion both [--release-tree DIR] [--tokens 1,64]
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
 from harness.upstream import load_kernel
+
+REPO = Path(__file__).resolve().parents[1]
+OVERLAY = REPO / "overlay/0.5.14" / C.MHC_PRE_TRITON
 
 
 def median_us(measure, repeats):
@@ -56,6 +64,60 @@ def bound_ratio(x, hc_fn, mixes) -> float:
     rsqrt = torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
     bound = 2.0 ** -8 * rsqrt * (x64.abs() @ w64.abs().t())
     return ((mixes.reshape(x.shape[0], -1).double() - (x64 @ w64.t()) * rsqrt).abs() / bound).max().item()
+
+
+def rel_err(x, hc_fn, mixes) -> float:
+    """||mixes - float64 reference|| / ||reference||."""
+    x64, w64 = x.flatten(1).double(), hc_fn.double()
+    ref = (x64 @ w64.t()) * torch.rsqrt(x64.square().mean(-1, keepdim=True) + C.RMS_EPS)
+    return ((mixes.reshape(x.shape[0], -1).double() - ref).norm() / ref.norm()).item()
+
+
+def fusion_table(overlay, tokens: list[int], iters: int, repeats: int, gen) -> None:
+    """The fused kernel's two routes with enable_fp_fusion on and off (the module's ENABLE_FP_FUSION, read at
+    launch), same inputs, CUDA-graph replays; errors against float64."""
+    shipped = overlay.ENABLE_FP_FUSION
+    print()
+    print(f"FP fusion: the kernels state enable_fp_fusion={shipped}; fused kernel replayed in a CUDA graph, us;"
+          " err: worst err/bound (<= 1 passes) and relative error vs float64")
+    print()
+    routes = ("graph", "one-launch")
+    head = [f"{r} fusion {k} us" for r in routes for k in ("on", "off")]
+    head += [f"{r} err/bound on / off" for r in routes] + [f"{r} rel. err on / off" for r in routes]
+    print("| T | " + " | ".join(head) + " |")
+    print("|---:|" + "---:|" * len(head))
+    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
+    for t in tokens:
+        x = torch.randn(t, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+        flat, n = x.flatten(1), max(10, min(iters, iters * 64 // t))
+        times, bounds, rels = {}, {}, {}
+        for route in routes:
+            for fusion in (True, False):
+                overlay.ENABLE_FP_FUSION = fusion
+                try:
+                    out = []
+                    graph = capture_graph(lambda: out.append(overlay.mhc_pre_mixes_triton(flat, hc_fn, C.RMS_EPS, route=route)))
+                    graph.replay()
+                    torch.cuda.synchronize()
+                finally:
+                    overlay.ENABLE_FP_FUSION = shipped
+                times[route, fusion] = median_us(lambda: event_ms(graph.replay, n), repeats)
+                bounds[route, fusion] = bound_ratio(x, hc_fn, out[-1])
+                rels[route, fusion] = rel_err(x, hc_fn, out[-1])
+        cells = [f"{times[r, f]:.1f}" for r in routes for f in (True, False)]
+        cells += [f"{bounds[r, True]:.3f} / {bounds[r, False]:.3f}" for r in routes]
+        cells += [f"{rels[r, True]:.2e} / {rels[r, False]:.2e}" for r in routes]
+        print(f"| {t} | " + " | ".join(cells) + " |", flush=True)
+
+
+def print_header(args) -> None:
+    print("command:", command_line())
+    print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(),
+          f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))})",
+          "| torch", torch.__version__, "| triton", triton.__version__, "| CUDA", torch.version.cuda,
+          "| python", platform.python_version())
+    print(f"x [T, {C.HC_MULT}, {C.HIDDEN}] bf16, hc_fn [{C.MIX_HC}, {C.HC_DIM}] fp32;"
+          f" median of {args.repeats} x mean of {args.iters} calls (eager) or replays (graph), us")
 
 
 def tree_with_overlay(patched: Path, overlay_file: Path) -> Path:
@@ -82,7 +144,20 @@ def main() -> None:
     ap.add_argument("--patched-root")
     ap.add_argument("--before-overlay")
     ap.add_argument("--sweep", default="", help="programs-per-SM values for the fused kernel's graph time")
+    ap.add_argument("--fp-fusion", choices=("shipped", "both"), default="shipped",
+                    help="both: also a table of the fused kernel with FP fusion on and off")
+    ap.add_argument("--kernel-only", action="store_true",
+                    help="only the --fp-fusion table, for the overlay kernel file (no pinned trees)")
+    ap.add_argument("--overlay", type=Path, default=OVERLAY, help="the kernel file --kernel-only loads (default: %(default)s)")
+    ap.add_argument("--release-tree", type=Path,
+                    help="with --kernel-only: the release's register_custom_op files (bench/release_slice.py)")
     args = ap.parse_args()
+    tokens_list = [int(t) for t in args.tokens.split(",")]
+    if args.kernel_only:
+        overlay = load_kernel(args.overlay, "mhc_overlay_bench", tree=args.release_tree)
+        print_header(args)
+        fusion_table(overlay, tokens_list, args.iters, args.repeats, torch.Generator(device="cuda").manual_seed(0))
+        return
 
     pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root)
     impls = {"fp32": C.hc_pre_torch_impl(pristine)}
@@ -95,13 +170,7 @@ def main() -> None:
     overlay = load_kernel(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
     sweep = [float(f) for f in args.sweep.split(",") if f]
 
-    print("command:", command_line())
-    print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(),
-          f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))})",
-          "| torch", torch.__version__, "| triton", triton.__version__, "| CUDA", torch.version.cuda,
-          "| python", platform.python_version())
-    print(f"x [T, {C.HC_MULT}, {C.HIDDEN}] bf16, hc_fn [{C.MIX_HC}, {C.HC_DIM}] fp32;"
-          f" median of {args.repeats} x mean of {args.iters} calls (eager) or replays (graph), us")
+    print_header(args)
     print()
     eager_keys = [k for k in ("fp32", "before", "fused") if k in impls]
     graph_keys = list(impls)
@@ -112,7 +181,7 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
     inputs = {}
-    for tokens in [int(t) for t in args.tokens.split(",")]:
+    for tokens in tokens_list:
         x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
         inputs[tokens] = x
         iters = max(10, min(args.iters, args.iters * 64 // tokens))
@@ -146,6 +215,8 @@ def main() -> None:
         a = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fp32"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         b = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fused"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         print(f"| {tokens} | {a:.1f} | {b:.1f} | {a / b:.2f}x |", flush=True)
+    if args.fp_fusion == "both":
+        fusion_table(overlay, tokens_list, args.iters, args.repeats, gen)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ release's register_custom_op, which the overlay module registers its op with (th
 FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
 A candidate kernel variant is timed as a config of the overlay module (`--configs`), next to the
 shipped dispatch and with its error against float64; so is an experiment kernel's config
-(`--experiments`: the warp-specialised WS_CONFIGS of bench/experiments/gluon_ws_decode.py). FlashMLA
+(`--experiments`: the warp-specialised WS_CONFIGS of bench/experiments/gluon_ws_decode.py).
+`--fp-fusion both` also times ours with the other FP fusion setting than the kernels state (ENABLE_FP_FUSION),
+same inputs, with its error against float64 (columns `fusion_on_*` / `fusion_off_*`, and a table). `--release-tree
+DIR`: the release's register_custom_op from a folder (bench/release_slice.py) instead of the pinned wheel. FlashMLA
 runs below 64 heads with q padded to 64 heads, as SGLang does at TP > 1. The FlashInfer 0.7.2 sm_120
 decode SGLang 0.5.23 defaults to is a peer column per `--peer-sms` SM count (its split heuristic's
 input) where bench/peers built it for this GPU (`--peer`, default build/peer-flashinfer), fed 64-token
@@ -205,6 +208,11 @@ def main() -> None:
                     help="time nothing: draw the plot of a saved bench_mma_decode.json, 'ours' being the config "
                          "pick_config picks now where the run timed it as a --configs column")
     ap.add_argument("--plot", type=Path, metavar="PNG", help="where the plot goes (default: OUT/bench_mma_decode.png)")
+    ap.add_argument("--fp-fusion", choices=("shipped", "both"), default="shipped",
+                    help="both: also time ours with the FP fusion setting the kernels do not state, same inputs")
+    ap.add_argument("--release-tree", type=Path,
+                    help="a folder with the release's register_custom_op files (bench/release_slice.py); "
+                         "default: the pinned wheel")
     args = ap.parse_args()
     if args.plot_from:
         replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png")
@@ -213,7 +221,11 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     print_header()
-    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma")
+    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma", tree=args.release_tree)
+    fusion = fusion_keys(mma) if args.fp_fusion == "both" else None
+    if fusion:
+        print(f"fp fusion: the kernels state enable_fp_fusion={mma.ENABLE_FP_FUSION} ({fusion[0]}); "
+              f"also timed with {not mma.ENABLE_FP_FUSION} ({fusion[1]})")
     upstream = None if args.no_upstream else load_upstream()
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
@@ -251,6 +263,10 @@ def main() -> None:
         row["mma_config"] = mma.pick_config(s.H, s.B, sms=torch.cuda.get_device_properties(0).multi_processor_count)
         row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
         row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
+        if fusion:
+            row[f"{fusion[0]}_err"], row[f"{fusion[0]}_us"] = row["mma_err"], row["mma_us"]
+            time_column(row, fusion[1], lambda i: with_fp_fusion(mma, not mma.ENABLE_FP_FUSION,
+                                                                 mma.flash_mla_sparse_decode_mma, *inp.args(i)), ref)
         for name in configs:
             def call(i, cfg=config_spec(mma, name)):
                 a = inp.args(i)
@@ -325,7 +341,37 @@ def main() -> None:
         print_peer_table(rows, peer_sms)
     if configs or experiments:
         print_config_table(rows, configs, experiments, peer_sms if peer else [])
+    if fusion:
+        print_fusion_table(rows)
     draw_plot(rows, args.plot or out_dir / "bench_mma_decode.png")
+
+
+def fusion_keys(mma) -> tuple[str, str]:
+    """(the key of the FP fusion setting the kernels state, the key of the other one): fusion_on / fusion_off."""
+    shipped = "fusion_on" if mma.ENABLE_FP_FUSION else "fusion_off"
+    return shipped, "fusion_off" if shipped == "fusion_on" else "fusion_on"
+
+
+def with_fp_fusion(module, enabled: bool, fn, *args):
+    """fn(*args) with the module's launches compiled with enable_fp_fusion=enabled (Triton keys its cache on it)."""
+    saved = module.ENABLE_FP_FUSION
+    module.ENABLE_FP_FUSION = enabled
+    try:
+        return fn(*args)
+    finally:
+        module.ENABLE_FP_FUSION = saved
+
+
+def print_fusion_table(rows):
+    """Ours with FP fusion on and off, same inputs, same process: time and error against float64."""
+    print()
+    print("| shape | ours, fusion on (us) | ours, fusion off (us) | off / on | rel. error vs float64: on / off |")
+    print("|---|---:|---:|---:|---|")
+    for r in rows:
+        on, off = r.get("fusion_on_us"), r.get("fusion_off_us")
+        errs = [r.get("fusion_on_err"), r.get("fusion_off_err")]
+        print(f"| {r['shape']} | {fmt(on)} | {fmt(off)} | {fmt(off / on if on and off else None, 2)} | "
+              + " / ".join("-" if e is None else f"{e:.2e}" for e in errs) + " |")
 
 
 def time_column(row, key, call, ref) -> None:

@@ -3,6 +3,7 @@ decode, in one call: the evidence for the 0.5.23 line's default.
 
     python3 -m bench.p1_triton_lines --triton /tmp/triton-3.8.0 --peer /tmp/peer-0.7.2 --peer /tmp/peer-0.7.4 \\
         --out $OUT/lines [--heads 8,16,32,64] [--batches 1,2,4,8,16,32,64,128] [--topk-heads 8,64] [--budget 540]
+    python3 -m bench.p1_triton_lines --triton /tmp/triton-3.9.0 --fp-fusion both --release-tree DIR --out DIR
     python3 -m bench.p1_triton_lines --report DIR      # the tables again from a saved run; writes nothing
 
 Runs bench_mma_decode once per (Triton, FlashInfer peer): the box's Triton with the first peer, then the
@@ -15,6 +16,9 @@ joins the rows by shape. The rule the 0.5.23 default follows (README "Release li
 run under the carried Triton with the pinned FlashInfer (the first peer), ours is at least as accurate
 (error vs float64) and not slower than the faster of FlashInfer's two plans (the 132- and 188-SM split
 heuristics). The verdict prints the rows where it holds, and by how much it misses where it does not.
+Without a peer, ours is timed under each Triton alone and no rule is judged. `--fp-fusion both`: every run also
+times ours with the FP fusion setting the kernels do not state (bench_mma_decode's), and a table shows both per
+Triton. `--release-tree`: bench_mma_decode's (the release's register_custom_op from a folder, not the wheel).
 """
 from __future__ import annotations
 
@@ -122,6 +126,27 @@ def fmt(x, spec=".1f") -> str:
     return format(x, spec) if isinstance(x, (int, float)) else "-"
 
 
+def fusion_table(runs: list[dict], by_shape: dict, shapes: list[str]) -> None:
+    """Ours with FP fusion on and off under each Triton (runs that timed both: --fp-fusion both)."""
+    timed = [r for r in runs if any("fusion_off_us" in row or "fusion_on_us" in row for row in by_shape[r["name"]].values())]
+    seen, per_triton = set(), []
+    for r in timed:   # one run per Triton release: the first
+        if r["triton_release"] not in seen:
+            seen.add(r["triton_release"])
+            per_triton.append(r)
+    if not per_triton:
+        return
+    cols = ["shape"] + [f"fusion {k} @triton {r['triton_release']} us" for r in per_triton for k in ("on", "off")]
+    cols += ["err on / off: " + " / ".join(f"@{r['triton_release']}" for r in per_triton)]
+    print("\nFP fusion (ours, same inputs; enable_fp_fusion on / off):")
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for shape in shapes:
+        rows = [by_shape[r["name"]].get(shape, {}) for r in per_triton]
+        cells = [shape] + [fmt(row.get(f"fusion_{k}_us")) for row in rows for k in ("on", "off")]
+        errs = [f"{fmt(row.get('fusion_on_err'), '.2e')} / {fmt(row.get('fusion_off_err'), '.2e')}" for row in rows]
+        print("| " + " | ".join(cells + [" ; ".join(errs)]) + " |")
+
+
 def report(out: Path) -> int:
     runs = json.loads((out / "runs.json").read_text())
     loaded = {r["name"]: load_rows(out / r["name"]) for r in runs}
@@ -158,10 +183,11 @@ def report(out: Path) -> int:
         if spread:
             print(f"\nrun to run (ours under triton {same_triton[0]['triton_release']}, two processes): "
                   f"median {sorted(spread)[len(spread) // 2] * 100:.1f} %, max {max(spread) * 100:.1f} % over {len(spread)} rows")
+    fusion_table(runs, by_shape, shapes)
     judged = carried[0] if carried and carried[0]["flashinfer"] else None
     if judged is None:
         print("\nrule: not judged (no run under the carried Triton with a FlashInfer peer)")
-        return 1
+        return 1 if any(r["flashinfer"] for r in runs) else 0
     held, missed = verdict(list(by_shape[judged["name"]].values()))
     print(f"\nrule (ours under triton {judged['triton_release']} at least as accurate as and not slower than "
           f"FlashInfer {judged['flashinfer']}'s faster plan, same run, same inputs): holds in {len(held)} of "
@@ -181,6 +207,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128")
     ap.add_argument("--topk-heads", default="8,64")
     ap.add_argument("--budget", type=float, default=540, help="seconds for all runs together (default: %(default)s)")
+    ap.add_argument("--fp-fusion", choices=("shipped", "both"), default="shipped",
+                    help="both: every run also times ours with the other FP fusion setting (bench_mma_decode's)")
+    ap.add_argument("--release-tree", type=Path, help="bench_mma_decode's --release-tree (bench/release_slice.py)")
     ap.add_argument("--report", type=Path, metavar="DIR", help="print the tables of a saved run, time nothing")
     args = ap.parse_args(argv)
     if args.report:
@@ -192,7 +221,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runs.json").write_text(json.dumps(
         [{k: (str(v) if isinstance(v, Path) else v) for k, v in r.items()} for r in runs], indent=1) + "\n")
-    bench_args = ["--heads", args.heads, "--batches", args.batches, "--topk-heads", args.topk_heads]
+    bench_args = ["--heads", args.heads, "--batches", args.batches, "--topk-heads", args.topk_heads,
+                  "--fp-fusion", args.fp_fusion]
+    bench_args += ["--release-tree", str(args.release_tree.resolve())] if args.release_tree else []
     deadline = time.time() + args.budget
     for i, run in enumerate(runs):
         left = deadline - time.time()

@@ -85,8 +85,8 @@ def parse_ptxas_log(log: str) -> dict:
 
 def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int, num_stages: int, arch: int):
     """triton.compile for `arch` with every pointer and the `div16` arguments marked 16-divisible
-    (a Gluon kernel through GluonASTSource: same signature, explicit layouts). The kernel's `ptxas_log` is the
-    `ptxas -v` log of the very cubin Triton built (build_report)."""
+    (a Gluon kernel through GluonASTSource: same signature, explicit layouts), with the FP fusion choice its
+    module states. The kernel's `ptxas_log` is the `ptxas -v` log of the very cubin Triton built (build_report)."""
     import contextlib
     import io
 
@@ -102,6 +102,12 @@ def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int,
     src = source_cls(
         fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs, attrs=attrs,
     )
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    # A kernel module that states its FP fusion choice (ENABLE_FP_FUSION, passed at every launch) is compiled
+    # with it, so the gate builds what runs; others get Triton's default.
+    fusion = getattr(fn, "fn", fn).__globals__.get("ENABLE_FP_FUSION")
+    if fusion is not None:
+        options["enable_fp_fusion"] = fusion
     # Triton prints its own ptxas log (its ptxas, its flags: 3.8 on add --regAllocOptLevel=2) when asked, and
     # only when it assembles: a cached kernel would give none, so compile afresh.
     saved = knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile
@@ -109,8 +115,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, div16, num_warps: int,
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log):
-            kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                    options=dict(num_warps=num_warps, num_stages=num_stages))
+            kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     finally:
         knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = saved
     kernel.ptxas_log = log.getvalue()
@@ -174,7 +179,8 @@ class AotRun:
 
 def followed_releases(root: Path) -> list[str]:
     """Triton releases the gate follows ahead of any line: each requirements-aot-tritonXY.txt whose release no
-    line of pin.lock runs (a newer Triton users may install under the newest line)."""
+    line of pin.lock runs (a newer Triton users may install under the newest line). Now: triton 3.9, which
+    torch 2.15 requires (torch 2.15.0: triton ~= 3.9), the runtime of the next SGLang release that moves to it."""
     from patchkit.lockfile import load_lock, lock_lines
 
     own = {release_of(load_lock(root / "pin.lock", line).runtime["triton"]) for line in lock_lines(root / "pin.lock")}

@@ -47,3 +47,17 @@ def test_plot_from_redraws_a_run_with_experiment_columns(tmp_path, monkeypatch):
     bm.main()
     (rows, path), = drawn
     assert path == tmp_path / "p.png" and rows[0]["mma_us"] == 14.7 and rows[0]["exp_ws32g1_us"] == 15.3
+
+
+def test_the_other_fp_fusion_setting_is_set_for_the_call_alone_and_tabled_beside_the_shipped_one(capsys):
+    import types
+    module = types.SimpleNamespace(ENABLE_FP_FUSION=True)
+    assert bm.fusion_keys(module) == ("fusion_on", "fusion_off")
+    seen = bm.with_fp_fusion(module, False, lambda a: (a, module.ENABLE_FP_FUSION), 7)
+    assert seen == (7, False) and module.ENABLE_FP_FUSION is True
+    bm.print_fusion_table([{**ROW, "fusion_on_us": 14.7, "fusion_on_err": 2.1e-3, "fusion_off_us": 15.4,
+                            "fusion_off_err": 2.2e-3}])
+    head, rule, line = capsys.readouterr().out.strip().splitlines()
+    cells = lambda s: [c.strip() for c in s.strip("|").split("|")]  # noqa: E731
+    assert cells(line) == ["H8/B16/win128+ex512", "14.7", "15.4", "1.05", "2.10e-03 / 2.20e-03"]
+    assert len(cells(rule)) == len(cells(head)) == 5

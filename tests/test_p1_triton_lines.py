@@ -85,3 +85,27 @@ def test_runs_are_planned_from_the_carried_folders(tmp_path):
     names = [r["name"] for r in runs]
     assert names[1:] == ["triton-3.8.0_fi-0.7.2", "triton-3.8.0_fi-0.7.4"]
     assert names[0].endswith("_fi-0.7.2") and runs[0]["triton"] is None
+
+
+def test_a_run_without_peers_reports_each_tritons_fp_fusion_settings_and_judges_nothing(tmp_path, capsys):
+    runs = [{"name": "triton-3.6.0", "triton": None, "triton_release": "3.6.0", "flashinfer": None},
+            {"name": "triton-3.9.0", "triton": "/tmp/t39", "triton_release": "3.9.0", "flashinfer": None}]
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    for r, us in zip(runs, (8.0, 7.0)):
+        write_run(tmp_path, r["name"], [{**row("H8/B1", us, 2e-3), "fusion_on_us": us, "fusion_on_err": 2e-3,
+                                         "fusion_off_us": us + 1, "fusion_off_err": 2.5e-3}])
+    assert lines.main(["--report", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert ("| shape | fusion on @triton 3.6.0 us | fusion off @triton 3.6.0 us | fusion on @triton 3.9.0 us | "
+            "fusion off @triton 3.9.0 us | err on / off: @3.6.0 / @3.9.0 |") in text
+    assert "| H8/B1 | 8.0 | 9.0 | 7.0 | 8.0 | 2.00e-03 / 2.50e-03 ; 2.00e-03 / 2.50e-03 |" in text
+    assert "rule: not judged" in text
+
+
+def test_fp_fusion_and_the_release_tree_reach_every_bench_run(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(lines, "run_one", lambda run, out, bench_args, timeout: seen.append(bench_args) or 0)
+    monkeypatch.setattr(lines, "report", lambda out: 0)
+    assert lines.main(["--out", str(tmp_path / "o"), "--fp-fusion", "both", "--release-tree", str(tmp_path)]) == 0
+    assert seen and all(a[a.index("--fp-fusion") + 1] == "both" and a[a.index("--release-tree") + 1] == str(tmp_path)
+                        for a in seen)

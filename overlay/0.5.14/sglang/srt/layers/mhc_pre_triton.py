@@ -35,6 +35,11 @@ import triton.language as tl
 
 from sglang.srt.utils.custom_op import register_custom_op
 
+# FP fusion (a * b + c as one FMA) is stated at every launch, not left to Triton's default, which
+# Triton 3.9 warns turns off in 3.10: these kernels were tuned and checked against float64 with it
+# on (the default up to 3.9), so they keep it on.
+ENABLE_FP_FUSION = True
+
 BLOCK_K = 128
 BLOCK_N = 32  # 24 mixes padded to the MMA's N granularity
 # K splits: about this many programs per SM over all token tiles. Graph route: 2. One-launch route:
@@ -373,6 +378,7 @@ def _graph_route(
         BLOCK_K=block_k,
         PDL=pdl,
         num_warps=PARTIALS_NUM_WARPS,
+        enable_fp_fusion=ENABLE_FP_FUSION,
     )
     _mhc_pre_finish[(T,)](
         partials,
@@ -387,6 +393,7 @@ def _graph_route(
         BLOCK_N=BLOCK_N,
         PDL=pdl,
         num_warps=4,
+        enable_fp_fusion=ENABLE_FP_FUSION,
         **({"launch_pdl": True} if pdl else {}),
     )
 
@@ -482,6 +489,7 @@ def mhc_pre_mixes_triton(
         BLOCK_K=BLOCK_K,
         SPLIT_CHUNK=chunk,
         num_warps=4,
+        enable_fp_fusion=ENABLE_FP_FUSION,
     )
     return mixes
 

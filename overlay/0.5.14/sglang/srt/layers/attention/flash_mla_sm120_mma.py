@@ -53,6 +53,11 @@ _async_load = getattr(async_copy, "async_load", None) or (
     async_copy.async_copy_global_to_shared
 )
 
+# FP fusion (a * b + c as one FMA) is stated at every launch, not left to Triton's default, which
+# Triton 3.9 warns turns off in 3.10: these kernels were tuned and checked against float64 with it
+# on (the default up to 3.9), so they keep it on.
+ENABLE_FP_FUSION = True
+
 # Sizes of the KV layout above and of a head. tl.constexpr so the kernels can read them (Triton
 # kernels see only constexpr globals); host code reads `.value`.
 _NOPE_DIM = tl.constexpr(
@@ -1479,6 +1484,7 @@ def mma_sparse_decode(
             DQ=dq,
             PAD=pad,
             num_warps=warps,
+            enable_fp_fusion=ENABLE_FP_FUSION,
         )
     else:
         _mma_sparse_decode_kernel[(head_groups, num_splits, B)](
@@ -1488,6 +1494,7 @@ def mma_sparse_decode(
             BLOCK_T=block_t,
             MMA_DTYPE=tl.float32 if _interpreted() else tl.bfloat16,
             num_warps=warps,
+            enable_fp_fusion=ENABLE_FP_FUSION,
             num_stages=stages,
         )
     if split:
@@ -1505,6 +1512,7 @@ def mma_sparse_decode(
             BLOCK_D=cbd,
             SPLITS_AT_ONCE=at_once,
             num_warps=cwarps,
+            enable_fp_fusion=ENABLE_FP_FUSION,
         )
     return out.unsqueeze(1), lse.unsqueeze(-1)
 
