@@ -15,6 +15,11 @@ i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of 
 (eager and sweep) against float64 over the 2^-8 bound of tests/test_mhc_bf16.py (<= 1 passes).
 
     python3 -m bench.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.bench_mhc_pre --rows v41 [--hidden 4096 --hc-mult 4] --pristine-root DIR --patched-root DIR
+
+--rows v41: T = the rows of bench/v41_rows.py (decode, DSPARK target-verify, prefill chunks), the token counts of
+the one MHC-pre call a forward reaches on 0.5.23 (patches/0.5.23/sglang/reach.toml); --hidden / --hc-mult: the
+model's hidden size and hyper-connection count (DSv4-Flash's by default; another model's from its config.json).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from pathlib import Path
 import torch
 import triton
 
+from bench import v41_rows as V41
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
@@ -75,6 +81,9 @@ def tree_with_overlay(patched: Path, overlay_file: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128,256,1024,4096")
+    ap.add_argument("--rows", choices=("v41",), help="T = bench/v41_rows.py's row counts instead of --tokens")
+    ap.add_argument("--hidden", type=int, default=C.HIDDEN, help="hidden size (default: DSv4-Flash's %(default)s)")
+    ap.add_argument("--hc-mult", type=int, default=C.HC_MULT, help="hyper-connections (default: %(default)s)")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compile-tokens", default="64", help="T values also timed under torch.compile ('' for none)")
@@ -92,7 +101,7 @@ def main() -> None:
     if args.before_overlay:
         impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay)))
     impls["fused"] = C.hc_pre_torch_impl(patched)
-    overlay = load_kernel(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
+    overlay = load_kernel(C.mhc_pre_file(patched), "mhc_overlay_bench")
     sweep = [float(f) for f in args.sweep.split(",") if f]
 
     print("command:", command_line())
@@ -100,7 +109,10 @@ def main() -> None:
           f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))})",
           "| torch", torch.__version__, "| triton", triton.__version__, "| CUDA", torch.version.cuda,
           "| python", platform.python_version())
-    print(f"x [T, {C.HC_MULT}, {C.HIDDEN}] bf16, hc_fn [{C.MIX_HC}, {C.HC_DIM}] fp32;"
+    hc, hidden = args.hc_mult, args.hidden
+    mix_hc, hc_dim = (2 + hc) * hc, hc * hidden
+    tokens_list = [r for r, _, _ in V41.v41_rows()] if args.rows else [int(t) for t in args.tokens.split(",")]
+    print(f"x [T, {hc}, {hidden}] bf16, hc_fn [{mix_hc}, {hc_dim}] fp32;"
           f" median of {args.repeats} x mean of {args.iters} calls (eager) or replays (graph), us")
     print()
     eager_keys = [k for k in ("fp32", "before", "fused") if k in impls]
@@ -110,10 +122,10 @@ def main() -> None:
     print("| T | " + " | ".join(head) + " |")
     print("|---:|" + "---:|" * len(head))
     gen = torch.Generator(device="cuda").manual_seed(0)
-    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
+    hc_fn = torch.randn(mix_hc, hc_dim, generator=gen, device="cuda") * hc_dim ** -0.5
     inputs = {}
-    for tokens in [int(t) for t in args.tokens.split(",")]:
-        x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+    for tokens in tokens_list:
+        x = torch.randn(tokens, hc, hidden, generator=gen, device="cuda").to(torch.bfloat16)
         inputs[tokens] = x
         iters = max(10, min(args.iters, args.iters * 64 // tokens))
         e = interleaved_median_us({k: lambda k=k: event_ms(lambda: impls[k](x, hc_fn), iters) for k in eager_keys},
@@ -142,7 +154,7 @@ def main() -> None:
     for tokens in compile_tokens:
         x = inputs.get(tokens)
         if x is None:
-            x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+            x = torch.randn(tokens, hc, hidden, generator=gen, device="cuda").to(torch.bfloat16)
         a = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fp32"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         b = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fused"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         print(f"| {tokens} | {a:.1f} | {b:.1f} | {a / b:.2f}x |", flush=True)

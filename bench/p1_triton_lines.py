@@ -3,6 +3,7 @@ decode, in one call: the evidence for the 0.5.23 line's default.
 
     python3 -m bench.p1_triton_lines --triton /tmp/triton-3.8.0 --peer /tmp/peer-0.7.2 --peer /tmp/peer-0.7.4 \\
         --out $OUT/lines [--heads 8,16,32,64] [--batches 1,2,4,8,16,32,64,128] [--topk-heads 8,64] [--budget 540]
+    python3 -m bench.p1_triton_lines ... --rows v41 --tree DIR --heads 8,16   # V4.1-Flash's rows (bench_mma_decode)
     python3 -m bench.p1_triton_lines --report DIR      # the tables again from a saved run; writes nothing
 
 Runs bench_mma_decode once per (Triton, FlashInfer peer): the box's Triton with the first peer, then the
@@ -14,7 +15,9 @@ run's log (every row a JSON line as it finishes, then the tables) lands in OUT/<
 joins the rows by shape. The rule the 0.5.23 default follows (README "Release lines"): per row of the
 run under the carried Triton with the pinned FlashInfer (the first peer), ours is at least as accurate
 (error vs float64) and not slower than the faster of FlashInfer's two plans (the 132- and 188-SM split
-heuristics). The verdict prints the rows where it holds, and by how much it misses where it does not.
+heuristics). The verdict prints the rows where it holds, and by how much it misses where it does not;
+the routing lines then say, per head count and cache width, at which row counts FlashInfer was the faster
+(what the 0.5.23 routing table is set from).
 """
 from __future__ import annotations
 
@@ -168,7 +171,29 @@ def report(out: Path) -> int:
           f"{len(held) + len(missed)} rows")
     for line in missed:
         print("  misses", line)
+    for line in routing(list(by_shape[judged["name"]].values())):
+        print(line)
     return 0
+
+
+def routing(rows: list[dict]) -> list[str]:
+    """Per head count and cache width (the shape's first and last parts), the row counts (a row's B) where
+    FlashInfer's faster plan took less time than ours, and where ours did: one line each, rows ascending."""
+    groups: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for row in rows:
+        us, _, _ = best_peer(row)
+        if us is None or not isinstance(row.get("mma_us"), (int, float)) or "B" not in row:
+            continue
+        parts = row["shape"].split("/")
+        heads, width = parts[0], parts[-1] if len(parts) > 2 else "-"
+        side = "flashinfer" if us < row["mma_us"] else "ours"
+        groups.setdefault((heads, width), {"flashinfer": [], "ours": []})[side].append(int(row["B"]))
+    lines = []
+    for (heads, width), sides in groups.items():
+        fi, ours = sorted(sides["flashinfer"]), sorted(sides["ours"])
+        lines.append(f"routing {heads} {width}: FlashInfer faster at rows {','.join(map(str, fi)) or 'none'}; "
+                     f"ours at rows {','.join(map(str, ours)) or 'none'}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -180,6 +205,9 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", default="8,16,32,64")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128")
     ap.add_argument("--topk-heads", default="8,64")
+    ap.add_argument("--rows", default="flash", help="bench_mma_decode's row set: flash (the batch sweep) or v41")
+    ap.add_argument("--extra-topks", default="512,1024", help="--rows v41: compressed top-k widths")
+    ap.add_argument("--tree", type=Path, help="bench_mma_decode --tree: a slice of the patched 0.5.23 tree")
     ap.add_argument("--budget", type=float, default=540, help="seconds for all runs together (default: %(default)s)")
     ap.add_argument("--report", type=Path, metavar="DIR", help="print the tables of a saved run, time nothing")
     args = ap.parse_args(argv)
@@ -192,7 +220,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runs.json").write_text(json.dumps(
         [{k: (str(v) if isinstance(v, Path) else v) for k, v in r.items()} for r in runs], indent=1) + "\n")
-    bench_args = ["--heads", args.heads, "--batches", args.batches, "--topk-heads", args.topk_heads]
+    bench_args = ["--heads", args.heads, "--batches", args.batches, "--topk-heads", args.topk_heads,
+                  "--rows", args.rows, "--extra-topks", args.extra_topks]
+    bench_args += ["--tree", str(args.tree.resolve())] if args.tree else []
     deadline = time.time() + args.budget
     for i, run in enumerate(runs):
         left = deadline - time.time()

@@ -85,3 +85,28 @@ def test_runs_are_planned_from_the_carried_folders(tmp_path):
     names = [r["name"] for r in runs]
     assert names[1:] == ["triton-3.8.0_fi-0.7.2", "triton-3.8.0_fi-0.7.4"]
     assert names[0].endswith("_fi-0.7.2") and runs[0]["triton"] is None
+
+
+def test_routing_says_per_heads_and_width_at_which_rows_flashinfer_was_faster():
+    rows = [dict(row("H8/B1/win128+ex512", 8.0, 2e-3, 12.0, 10.0), B=1),
+            dict(row("H8/P2048/win128+ex512", 900.0, 2e-3, 700.0, 720.0), B=2048),
+            dict(row("H8/B8x7/win128+ex512", 30.0, 2e-3, 40.0, 29.0), B=56),
+            dict(row("H16/B1/win128+ex1024", 8.0, 2e-3, 12.0, 10.0), B=1),
+            dict(row("H16/B2/win128+ex1024", 8.0, 2e-3), B=2)]           # no FlashInfer: not counted
+    assert lines.routing(rows) == [
+        "routing H8 win128+ex512: FlashInfer faster at rows 56,2048; ours at rows 1",
+        "routing H16 win128+ex1024: FlashInfer faster at rows none; ours at rows 1"]
+
+
+def test_the_row_set_and_the_tree_reach_every_run(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(lines, "run_one", lambda run, out, bench_args, timeout: seen.append(bench_args) or 0)
+    monkeypatch.setattr(lines, "report", lambda out: 0)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "SOURCES.json").write_text(json.dumps({"flashinfer": "0.7.2"}))
+    assert lines.main(["--peer", str(tmp_path / "p"), "--out", str(tmp_path / "o"), "--rows", "v41",
+                       "--extra-topks", "512", "--tree", str(tmp_path / "slice"), "--heads", "8,16"]) == 0
+    (args,) = seen
+    assert args[args.index("--rows") + 1] == "v41" and args[args.index("--extra-topks") + 1] == "512"
+    assert args[args.index("--tree") + 1] == str((tmp_path / "slice").resolve())
+    assert args[args.index("--heads") + 1] == "8,16"
