@@ -6,7 +6,7 @@
 # It needs, beside the checkout (docs/gpu_box.md, "P1 and P3 at V4.1-Flash's rows"):
 #   build/carry-triton-3.8.0   make carry-triton                     (triton 3.8.0, SGLang 0.5.23's)
 #   build/carry-peer-0.7.2     make carry-peers CARRY_PEERS=0.7.2     (FlashInfer 0.7.2's sm_120 attention for sm_90a)
-#   build/slice-0.5.23         python3 -m bench.tree_slice build/slice-0.5.23
+#   build/carry-slice-0.5.23   make carry-slice LINE=0.5.23           (the files of both 0.5.23 trees the benches read)
 # Writes into OUT_DIR: commands.txt (every command, as run), machine.txt, p1.txt + p1/ (bench.p1_triton_lines:
 # ours under the machine's Triton and under 3.8 beside FlashInfer, each run's log and JSON), mhc-*.txt
 # (bench.bench_mhc_pre per Triton and model shape); prints the tables last.
@@ -18,7 +18,7 @@ if [ -z "$OUT" ] || [ $# -ne 1 ]; then
     echo "usage: bash bench/gpu_runs/v41_rows.sh OUT_DIR (expected one output folder, found $# arguments)" >&2; exit 2
 fi
 for need in build/carry-triton-3.8.0/manifest.json build/carry-peer-0.7.2/manifest.json \
-            build/slice-0.5.23/patched/SLICE.sha256 build/slice-0.5.23/pristine/SLICE.sha256; do
+            build/carry-slice-0.5.23/manifest.json; do
     if [ ! -f "$need" ]; then
         echo "v41_rows: expected $need (see the head of bench/gpu_runs/v41_rows.sh), found no such file" >&2; exit 2
     fi
@@ -31,7 +31,7 @@ OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/v41-rows.XXXXXX")     # installed payloads: not results, not in OUT
 T38=$WORK/triton-3.8.0
 PEER=$WORK/peer-0.7.2
-SLICE=$PWD/build/slice-0.5.23
+SLICE=$WORK/slice-0.5.23
 export PYTHONUNBUFFERED=1
 : > "$OUT/commands.txt"
 
@@ -50,7 +50,7 @@ S=$SECONDS
   python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
-step slice-check 30 "$OUT/slice-check.txt" bash -c "cd '$SLICE/patched' && sha256sum -c SLICE.sha256 && cd '$SLICE/pristine' && sha256sum -c SLICE.sha256" || exit 1
+step install-slice 30 "$OUT/install-slice.txt" python3 -m bench.carry install build/carry-slice-0.5.23 --into "$SLICE" || exit 1
 step install-triton 120 "$OUT/install-triton.txt" python3 -m bench.carry install build/carry-triton-3.8.0 --into "$T38" || exit 1
 step install-peer 60 "$OUT/install-peer.txt" python3 -m bench.carry install build/carry-peer-0.7.2 --into "$PEER" || exit 1
 
