@@ -157,6 +157,16 @@ class Inputs:
                 self.extra_k_cache, d["extra_indices"], d["extra_topk_length"])
 
 
+# Replays per timing: 20, fewer for a call that gathers more than the batch sweep's largest (128 rows x 2048
+# tokens), so a prefill chunk's milliseconds-long calls keep the run short; at least 3 (x 3 repeats x ROTATE).
+REPLAY_TOKENS = 1 << 18
+
+
+def replays_for(shape: "Shape") -> int:
+    tokens = shape.B * (shape.topk + shape.extra_topk)
+    return 20 if tokens <= REPLAY_TOKENS else max(3, 20 * REPLAY_TOKENS // tokens)
+
+
 def graph_time_us(calls, replays=20) -> float:
     """Per-call time of `calls` (one per input set) captured in one graph and replayed."""
     for c in calls:
@@ -284,7 +294,8 @@ def main() -> None:
         ref = reference_f64(inp, 0)
         row["mma_config"] = mma.pick_config(s.H, s.B, sms=torch.cuda.get_device_properties(0).multi_processor_count)
         row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
-        row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
+        row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)],
+                                      replays_for(s))
         for name in configs:
             def call(i, cfg=config_spec(mma, name)):
                 a = inp.args(i)
@@ -322,7 +333,7 @@ def main() -> None:
                 row["flashmla_err"] = f"{type(exc).__name__}: {exc}"[:200]
                 print("flashmla failed:", row["flashmla_err"])
         if peer is not None:
-            time_peer(peer, peer_sms, inp, peer_kv, ref, row)
+            time_peer(peer, peer_sms, inp, peer_kv, ref, row, replays_for(s))
         rows.append(row)
         print(json.dumps(row), flush=True)
         del inp, ref
@@ -399,7 +410,7 @@ def load_flashinfer_peer(src: Path):
     return peer
 
 
-def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
+def time_peer(peer, sms, inp, peer_kv, ref, row, replays=20) -> None:
     """Per SM count: the peer's error against float64 and its time, as row['fi<SMs>_err' / '_us']."""
     def call(i):
         a = inp.args(i)
@@ -413,7 +424,7 @@ def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
             row[f"fi{sm}_err"] = rel_err(call(0)[0], ref)
             facts = peer.plan_facts()
             row[f"fi{sm}_plan"] = {k: facts.get(k) for k in ("implementation", "variant", "cpb", "active_splits")}
-            row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)])
+            row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays)
         except Exception as exc:  # report, keep benchmarking the rest
             row[f"fi{sm}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"flashinfer peer ({sm} SMs) failed:", row[f"fi{sm}_fail"])

@@ -66,3 +66,10 @@ def test_the_reference_in_row_slices_equals_the_reference_in_one(monkeypatch):
     assert whole.shape == sliced.shape == (14, 1, 8, 512) and whole.dtype == torch.float64
     assert torch.allclose(whole, sliced, rtol=1e-12, atol=0)
     assert whole.abs().sum() > 0
+
+
+def test_long_calls_replay_less_and_the_batch_sweep_as_before():
+    flash = bm.row_set_shapes("flash", [8, 16, 32, 64], [1, 2, 4, 8, 16, 32, 64, 128], [8, 64])
+    assert {bm.replays_for(s) for s in flash} == {20}
+    v41 = {s.label: bm.replays_for(s) for s in bm.row_set_shapes("v41", [8], [], [], [1024])}
+    assert v41["B128"] == 20 and v41["P8192"] == 3 and 3 <= v41["P2048"] < v41["B64x7"] <= 20
