@@ -110,3 +110,23 @@ def test_the_row_set_and_the_tree_reach_every_run(tmp_path, monkeypatch):
     assert args[args.index("--rows") + 1] == "v41" and args[args.index("--extra-topks") + 1] == "512"
     assert args[args.index("--tree") + 1] == str((tmp_path / "slice").resolve())
     assert args[args.index("--heads") + 1] == "8,16"
+
+
+def test_the_box_run_can_time_ours_alone_and_the_report_takes_flashinfer_from_the_carried_run(tmp_path, capsys):
+    triton = tmp_path / "t38" / "triton"
+    triton.mkdir(parents=True)
+    (triton / "__init__.py").write_text("__version__ = '3.8.0'\n")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "SOURCES.json").write_text(json.dumps({"flashinfer": "0.7.2"}))
+    runs = lines.plan_runs(tmp_path / "t38", [tmp_path / "p"], box_peer=False)
+    assert runs[0]["peer"] is None and runs[0]["flashinfer"] is None and runs[1]["flashinfer"] == "0.7.2"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "runs.json").write_text(json.dumps([{"name": "triton-3.6.0", "triton": None, "triton_release": "3.6.0",
+                                                 "flashinfer": None}] + [{**runs[1], "triton": "/t38", "peer": "/p"}]))
+    write_run(out, "triton-3.6.0", [row("H8/B1", 7.0, 2e-3)], gpu="NVIDIA H100 (132 SMs), triton 3.6.0")
+    write_run(out, runs[1]["name"], [row("H8/B1", 6.0, 2e-3, 12.0, 10.0)])
+    assert lines.main(["--report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| H8/B1 | 1.00 | 7.0 [h16_t16_w4] | 6.0 [h16_t16_w4] | 12.0 | 10.0 |" in text
+    assert "holds in 1 of 1 rows" in text

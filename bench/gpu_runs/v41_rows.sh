@@ -11,7 +11,7 @@
 # ours under the machine's Triton and under 3.8 beside FlashInfer, each run's log and JSON), mhc-*.txt
 # (bench.bench_mhc_pre per Triton and model shape); prints the tables last.
 # V41_HEADS (default 8,16: TP 8 and 4), MHC_SHAPES (default 4096x4: hidden x hc_mult, DeepSeek-V4-Flash's; add
-# V4.1-Flash's from its config.json), P1_BUDGET (seconds for the P1 runs, default 330).
+# V4.1-Flash's from its config.json), P1_BUDGET (seconds for the P1 runs, default 300).
 set -u
 OUT=${1:-}
 if [ -z "$OUT" ] || [ $# -ne 1 ]; then
@@ -25,7 +25,7 @@ for need in build/carry-triton-3.8.0/manifest.json build/carry-peer-0.7.2/manife
 done
 HEADS=${V41_HEADS:-8,16}
 SHAPES=${MHC_SHAPES:-4096x4}
-BUDGET=${P1_BUDGET:-330}
+BUDGET=${P1_BUDGET:-300}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/v41-rows.XXXXXX")     # installed payloads: not results, not in OUT
@@ -54,17 +54,17 @@ step install-slice 30 "$OUT/install-slice.txt" python3 -m bench.carry install bu
 step install-triton 120 "$OUT/install-triton.txt" python3 -m bench.carry install build/carry-triton-3.8.0 --into "$T38" || exit 1
 step install-peer 60 "$OUT/install-peer.txt" python3 -m bench.carry install build/carry-peer-0.7.2 --into "$PEER" || exit 1
 
-# P1: ours under the machine's Triton and under 3.8, each run beside FlashInfer 0.7.2 (its decode kernel up to 64 rows,
-# its prefill path above, as 0.5.23's flash_mla_with_kvcache_sm120 routes them), same seeded inputs.
+# P1: ours under the machine's Triton (the baseline, alone), then under 3.8 beside FlashInfer 0.7.2 (its decode
+# kernel up to 64 rows, its prefill path above, as 0.5.23's flash_mla_with_kvcache_sm120 routes them); same inputs.
 step p1 $((BUDGET + 30)) "$OUT/p1.txt" python3 -m bench.p1_triton_lines --triton "$T38" --peer "$PEER" --out "$OUT/p1" \
-    --rows v41 --heads "$HEADS" --extra-topks 512,1024 --tree "$SLICE/patched" --budget "$BUDGET"
+    --rows v41 --heads "$HEADS" --extra-topks 512,1024 --tree "$SLICE/patched" --box-without-peer --budget "$BUDGET"
 
 # P3: the fused MHC-pre against hc_pre_torch_impl (fp32) at the reached call's shape, eager and CUDA graph, per Triton.
 for shape in ${SHAPES//,/ }; do
     hidden=${shape%x*}; hc=${shape#*x}
     for tri in box 3.8.0; do
         pp=${PYTHONPATH:-}; [ "$tri" = box ] || pp=$T38${PYTHONPATH:+:$PYTHONPATH}
-        step "mhc $shape triton-$tri" 75 "$OUT/mhc-${shape}-triton-$tri.txt" env PYTHONPATH="$pp" python3 -m bench.bench_mhc_pre \
+        step "mhc $shape triton-$tri" 60 "$OUT/mhc-${shape}-triton-$tri.txt" env PYTHONPATH="$pp" python3 -m bench.bench_mhc_pre \
             --rows v41 --hidden "$hidden" --hc-mult "$hc" --compile-tokens '' --iters 100 --repeats 3 \
             --pristine-root "$SLICE/pristine" --patched-root "$SLICE/patched"
     done
