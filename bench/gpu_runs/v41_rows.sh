@@ -11,7 +11,7 @@
 # ours under the machine's Triton and under 3.8 beside FlashInfer, each run's log and JSON), mhc-*.txt
 # (bench.bench_mhc_pre per Triton and model shape); prints the tables last.
 # V41_HEADS (default 8,16: TP 8 and 4), MHC_SHAPES (default 4096x4: hidden x hc_mult, DeepSeek-V4-Flash's; add
-# V4.1-Flash's from its config.json), P1_BUDGET (seconds for the P1 runs, default 300).
+# V4.1-Flash's from its config.json), P1_BUDGET (seconds for the P1 runs, default 285).
 set -u
 OUT=${1:-}
 if [ -z "$OUT" ] || [ $# -ne 1 ]; then
@@ -25,7 +25,7 @@ for need in build/carry-triton-3.8.0/manifest.json build/carry-peer-0.7.2/manife
 done
 HEADS=${V41_HEADS:-8,16}
 SHAPES=${MHC_SHAPES:-4096x4}
-BUDGET=${P1_BUDGET:-300}
+BUDGET=${P1_BUDGET:-285}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/v41-rows.XXXXXX")     # installed payloads: not results, not in OUT
@@ -64,8 +64,8 @@ for shape in ${SHAPES//,/ }; do
     hidden=${shape%x*}; hc=${shape#*x}
     for tri in box 3.8.0; do
         pp=${PYTHONPATH:-}; [ "$tri" = box ] || pp=$T38${PYTHONPATH:+:$PYTHONPATH}
-        step "mhc $shape triton-$tri" 60 "$OUT/mhc-${shape}-triton-$tri.txt" env PYTHONPATH="$pp" python3 -m bench.bench_mhc_pre \
-            --rows v41 --hidden "$hidden" --hc-mult "$hc" --compile-tokens '' --iters 100 --repeats 3 \
+        step "mhc $shape triton-$tri" 75 "$OUT/mhc-${shape}-triton-$tri.txt" env PYTHONPATH="$pp" python3 -m bench.bench_mhc_pre \
+            --rows v41 --hidden "$hidden" --hc-mult "$hc" --compile-tokens '' --iters 50 --repeats 3 \
             --pristine-root "$SLICE/pristine" --patched-root "$SLICE/patched"
     done
 done
