@@ -37,7 +37,7 @@ export PYTHONUNBUFFERED=1
 
 step() {   # step NAME TIMEOUT_S LOG COMMAND...: record the command, run it bounded, say how it ended
     local name=$1 limit=$2 log=$3; shift 3
-    printf '%s\n' "$*" >> "$OUT/commands.txt"
+    { printf '%q ' "$@"; echo; } >> "$OUT/commands.txt"     # quoted: a line pastes back as it ran
     local start=$SECONDS
     timeout -k 15 "$limit" "$@" > "$log" 2>&1
     local rc=$?
