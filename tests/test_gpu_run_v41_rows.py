@@ -41,7 +41,7 @@ def test_every_flag_the_script_passes_is_one_its_bench_takes():
 def test_no_output_folder_is_refused_in_one_line(tmp_path):
     run = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 2
-    assert run.stderr.strip() == ("usage: bash bench/gpu_runs/v41_rows.sh OUT_DIR "
+    assert run.stderr.strip() == ("usage: bash bench/gpu_runs/v41_rows.sh RESULTS_DIR "
                                   "(expected one output folder, found 0 arguments)")
 
 
