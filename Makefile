@@ -37,6 +37,7 @@ help:
 	@echo "make carry-size               do the tree and build/bundle leave 16 of the 64 MiB a call to the lent GPU machine carries?"
 	@echo "make carry-triton [CARRY_TRITON=3.8.0] [CARRY_ARCHS=90,120]   build/carry-triton-VERSION: a Triton release packed for one call to the GPU machine"
 	@echo "make carry-peers [CARRY_PEERS=\"0.7.2 0.7.4\"]   build/carry-peer-VERSION: FlashInfer's sm_120 decode built for sm_90a, packed"
+	@echo "make carry-slice              build/carry-slice-LINE: the files of the line's pristine and patched trees the GPU benches read, packed"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
 apply:
@@ -205,10 +206,18 @@ CARRY_TRITON ?= 3.8.0
 # CARRY_ARCHS: the GPU archs the payload compiles for (each keeps the ptxas the release's get_ptxas picks for it)
 CARRY_ARCHS  ?= 90,120
 CARRY_PEERS  ?= 0.7.2 0.7.4
-.PHONY: carry-triton carry-peers
+.PHONY: carry-triton carry-peers carry-slice
 carry-triton:
 	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON) --archs $(CARRY_ARCHS)
 
 carry-peers: $(VENV)/.installed
 	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.peers.flashinfer_sm120_sources --flashinfer $$v; \
 		$(VPY) -m bench.peers.flashinfer_sm120_build --flashinfer $$v --arch sm_90a --carry build/carry-peer-$$v; done
+
+# build/carry-slice-LINE: the files of the line's (default: the newest) pristine and patched trees the P1/P3 benches
+# read (bench/tree_slice.py), packed like the payloads above (bench/gpu_runs/v41_rows.sh installs it there).
+SLICE_LINE = $(or $(LINE),$(shell $(PYTHON) -c "from patchkit.lockfile import load_lock; print(load_lock('pin.lock').line)"))
+carry-slice: $(VENV)/.installed
+	rm -rf build/slice-$(SLICE_LINE) build/carry-slice-$(SLICE_LINE)
+	PATCHKIT_LINE=$(SLICE_LINE) $(VPY) -m bench.tree_slice build/slice-$(SLICE_LINE)
+	$(VPY) -m bench.carry pack-dir build/slice-$(SLICE_LINE) --keep pristine,patched --out build/carry-slice-$(SLICE_LINE)

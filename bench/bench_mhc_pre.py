@@ -20,6 +20,12 @@ bench/release_slice.py, nothing of the wheel is needed).
 
     python3 -m bench.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE] [--fp-fusion both]
     python3 -m bench.bench_mhc_pre --kernel-only --fp-fusion both [--release-tree DIR] [--tokens 1,64]
+    python3 -m bench.bench_mhc_pre --rows v41 [--hidden 4096 --hc-mult 4] --pristine-root DIR --patched-root DIR
+
+--rows v41: T = the rows of bench/v41_rows.py (decode, DSPARK target-verify, prefill chunks), the token counts of
+the one MHC-pre call a forward reaches on 0.5.23 (patches/0.5.23/sglang/reach.toml); --hidden / --hc-mult: the
+model's hidden size and hyper-connection count (DSv4-Flash's by default; another model's from its config.json).
+Both hold for --fp-fusion's table and --kernel-only too.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from pathlib import Path
 import torch
 import triton
 
+from bench import v41_rows as V41
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
@@ -73,9 +80,10 @@ def rel_err(x, hc_fn, mixes) -> float:
     return ((mixes.reshape(x.shape[0], -1).double() - ref).norm() / ref.norm()).item()
 
 
-def fusion_table(overlay, tokens: list[int], iters: int, repeats: int, gen) -> None:
+def fusion_table(overlay, tokens: list[int], iters: int, repeats: int, gen, hc: int = C.HC_MULT,
+                 hidden: int = C.HIDDEN) -> None:
     """The fused kernel's two routes with enable_fp_fusion on and off (the module's ENABLE_FP_FUSION, read at
-    launch), same inputs, CUDA-graph replays; errors against float64."""
+    launch), same inputs, CUDA-graph replays, x [T, hc, hidden]; errors against float64."""
     shipped = overlay.ENABLE_FP_FUSION
     print()
     print(f"FP fusion: the kernels state enable_fp_fusion={shipped}; fused kernel replayed in a CUDA graph, us;"
@@ -86,9 +94,10 @@ def fusion_table(overlay, tokens: list[int], iters: int, repeats: int, gen) -> N
     head += [f"{r} err/bound on / off" for r in routes] + [f"{r} rel. err on / off" for r in routes]
     print("| T | " + " | ".join(head) + " |")
     print("|---:|" + "---:|" * len(head))
-    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
+    mix_hc, hc_dim = (2 + hc) * hc, hc * hidden
+    hc_fn = torch.randn(mix_hc, hc_dim, generator=gen, device="cuda") * hc_dim ** -0.5
     for t in tokens:
-        x = torch.randn(t, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+        x = torch.randn(t, hc, hidden, generator=gen, device="cuda").to(torch.bfloat16)
         flat, n = x.flatten(1), max(10, min(iters, iters * 64 // t))
         times, bounds, rels = {}, {}, {}
         for route in routes:
@@ -116,7 +125,8 @@ def print_header(args) -> None:
           f"(sm_{''.join(map(str, torch.cuda.get_device_capability()))})",
           "| torch", torch.__version__, "| triton", triton.__version__, "| CUDA", torch.version.cuda,
           "| python", platform.python_version())
-    print(f"x [T, {C.HC_MULT}, {C.HIDDEN}] bf16, hc_fn [{C.MIX_HC}, {C.HC_DIM}] fp32;"
+    hc, hidden = args.hc_mult, args.hidden
+    print(f"x [T, {hc}, {hidden}] bf16, hc_fn [{(2 + hc) * hc}, {hc * hidden}] fp32;"
           f" median of {args.repeats} x mean of {args.iters} calls (eager) or replays (graph), us")
 
 
@@ -137,6 +147,9 @@ def tree_with_overlay(patched: Path, overlay_file: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128,256,1024,4096")
+    ap.add_argument("--rows", choices=("v41",), help="T = bench/v41_rows.py's row counts instead of --tokens")
+    ap.add_argument("--hidden", type=int, default=C.HIDDEN, help="hidden size (default: DSv4-Flash's %(default)s)")
+    ap.add_argument("--hc-mult", type=int, default=C.HC_MULT, help="hyper-connections (default: %(default)s)")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compile-tokens", default="64", help="T values also timed under torch.compile ('' for none)")
@@ -152,11 +165,14 @@ def main() -> None:
     ap.add_argument("--release-tree", type=Path,
                     help="with --kernel-only: the release's register_custom_op files (bench/release_slice.py)")
     args = ap.parse_args()
-    tokens_list = [int(t) for t in args.tokens.split(",")]
+    hc, hidden = args.hc_mult, args.hidden
+    mix_hc, hc_dim = (2 + hc) * hc, hc * hidden
+    tokens_list = [r for r, _, _ in V41.v41_rows()] if args.rows else [int(t) for t in args.tokens.split(",")]
     if args.kernel_only:
         overlay = load_kernel(args.overlay, "mhc_overlay_bench", tree=args.release_tree)
         print_header(args)
-        fusion_table(overlay, tokens_list, args.iters, args.repeats, torch.Generator(device="cuda").manual_seed(0))
+        fusion_table(overlay, tokens_list, args.iters, args.repeats, torch.Generator(device="cuda").manual_seed(0),
+                     hc, hidden)
         return
 
     pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root)
@@ -167,7 +183,7 @@ def main() -> None:
     if args.before_overlay:
         impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay)))
     impls["fused"] = C.hc_pre_torch_impl(patched)
-    overlay = load_kernel(patched / C.MHC_PRE_TRITON, "mhc_overlay_bench")
+    overlay = load_kernel(C.mhc_pre_file(patched), "mhc_overlay_bench")
     sweep = [float(f) for f in args.sweep.split(",") if f]
 
     print_header(args)
@@ -179,10 +195,10 @@ def main() -> None:
     print("| T | " + " | ".join(head) + " |")
     print("|---:|" + "---:|" * len(head))
     gen = torch.Generator(device="cuda").manual_seed(0)
-    hc_fn = torch.randn(C.MIX_HC, C.HC_DIM, generator=gen, device="cuda") * C.HC_DIM ** -0.5
+    hc_fn = torch.randn(mix_hc, hc_dim, generator=gen, device="cuda") * hc_dim ** -0.5
     inputs = {}
     for tokens in tokens_list:
-        x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+        x = torch.randn(tokens, hc, hidden, generator=gen, device="cuda").to(torch.bfloat16)
         inputs[tokens] = x
         iters = max(10, min(args.iters, args.iters * 64 // tokens))
         e = interleaved_median_us({k: lambda k=k: event_ms(lambda: impls[k](x, hc_fn), iters) for k in eager_keys},
@@ -211,12 +227,12 @@ def main() -> None:
     for tokens in compile_tokens:
         x = inputs.get(tokens)
         if x is None:
-            x = torch.randn(tokens, C.HC_MULT, C.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+            x = torch.randn(tokens, hc, hidden, generator=gen, device="cuda").to(torch.bfloat16)
         a = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fp32"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         b = median_us(lambda f=capture_graph(lambda f=torch.compile(impls["fused"]): f(x, hc_fn)): event_ms(f.replay, args.iters), args.repeats)
         print(f"| {tokens} | {a:.1f} | {b:.1f} | {a / b:.2f}x |", flush=True)
     if args.fp_fusion == "both":
-        fusion_table(overlay, tokens_list, args.iters, args.repeats, gen)
+        fusion_table(overlay, tokens_list, args.iters, args.repeats, gen, hc, hidden)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ runs below 64 heads with q padded to 64 heads, as SGLang does at TP > 1. The Fla
 decode SGLang 0.5.23 defaults to is a peer column per `--peer-sms` SM count (its split heuristic's
 input) where bench/peers built it for this GPU (`--peer`, default build/peer-flashinfer), fed 64-token
 pages (SGLANG_OPT_SM120_DIRECT_SWA_KV=1). With several columns the last table holds them all.
+`--rows v41`: the rows DeepSeek-V4.1-Flash hands the sparse attention instead of the batch sweep
+(bench/v41_rows.py: decode, DSPARK target-verify, chunked prefill; window 128 + each of `--extra-topks`);
+above 64 rows the peer is FlashInfer's prefill path, as SGLang 0.5.23 routes it. `--tree DIR`: ours from a slice of the
+patched 0.5.23 tree (bench/tree_slice.py), with that release's register_custom_op, no wheel read.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from pathlib import Path
 import torch
 import triton
 
+from bench import v41_rows as V41
 from bench.command import command_line
 from harness.upstream import load_kernel, load_module
 
@@ -43,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
+TREE_KERNEL = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"   # where 0.5.23's tree keeps it
 ROTATE = 8
 BYTES_PER_TOKEN = 584
 SCALE = 512 ** -0.5
@@ -76,11 +82,11 @@ def load_flashmla():
 
 
 def make_pool(num_pages: int, p: int, gen) -> torch.Tensor:
-    """Random FP8 pool in the DSv4 layout (finite fp8 codes, 2^-7 scales, bf16 rope)."""
-    pool = torch.randint(0, 256, (num_pages, page_bytes(p)), dtype=torch.uint8, device="cuda", generator=gen)
+    """Random FP8 pool in the DSv4 layout (finite fp8 codes, 2^-7 scales, bf16 rope), on gen's device."""
+    pool = torch.randint(0, 256, (num_pages, page_bytes(p)), dtype=torch.uint8, device=gen.device, generator=gen)
     pool[(pool & 0x7F) == 0x7F] = 0  # e4m3fn NaN codes
     body = pool[:, : p * 576].view(num_pages, p, 576)
-    rope = torch.randn(num_pages, p, 64, device="cuda", generator=gen).to(torch.bfloat16)
+    rope = torch.randn(num_pages, p, 64, device=gen.device, generator=gen).to(torch.bfloat16)
     body[..., 448:] = rope.view(torch.uint8)
     pool[:, p * 576 : p * 584] = 120
     return pool
@@ -91,17 +97,35 @@ def kv_view(pool: torch.Tensor, p: int) -> torch.Tensor:
 
 
 class Shape:
-    def __init__(self, B, H, topk, extra_topk, page=256, extra_page=64):
+    """B query rows (one per token: a decode batch, a verify batch's tokens or a prefill chunk) of H heads."""
+
+    def __init__(self, B, H, topk, extra_topk, page=256, extra_page=64, label=None, kind="decode"):
         self.B, self.H, self.topk, self.extra_topk = B, H, topk, extra_topk
         self.page, self.extra_page = page, extra_page
+        self.label, self.kind = label or f"B{B}", kind
 
     @property
     def name(self):
         kind = f"win{self.topk}+ex{self.extra_topk}" if self.extra_topk else f"topk{self.topk}"
-        return f"H{self.H}/B{self.B}/{kind}"
+        return f"H{self.H}/{self.label}/{kind}"
 
     def kv_bytes(self):
         return self.B * (self.topk + self.extra_topk) * BYTES_PER_TOKEN
+
+
+ROW_SETS = ("flash", "v41")
+
+
+def row_set_shapes(rows: str, heads, batches, topk_heads, extra_topks=V41.EXTRA_TOPKS) -> list[Shape]:
+    """The shapes a run times: "flash" (window 128 + extra 512 per head count x batch, then top-k 2048 at
+    topk_heads x 1/16/64/128) or "v41" (per head count and extra top-k, every bench/v41_rows.py row)."""
+    if rows == "flash":
+        shapes = [Shape(B, H, 128, 512) for H in heads for B in batches]
+        return shapes + [Shape(B, H, 2048, 0) for H in topk_heads for B in (1, 16, 64, 128)]
+    if rows == "v41":
+        return [Shape(n, H, V41.WINDOW, k, label=label, kind=kind)
+                for H in heads for k in extra_topks for n, label, kind in V41.v41_rows()]
+    raise ValueError(f"expected a row set of {', '.join(ROW_SETS)}, found {rows!r}")
 
 
 class Inputs:
@@ -115,24 +139,35 @@ class Inputs:
         self.extra_k_cache = kv_view(self.extra_pool, s.extra_page) if s.extra_topk else None
         n_main = self.pool.shape[0] * s.page
         n_extra = self.extra_pool.shape[0] * s.extra_page
+        dev = self.pool.device
         self.sets = []
         for _ in range(ROTATE):
             d = {
-                "q": torch.randn(s.B, 1, s.H, 512, device="cuda", generator=gen).to(torch.bfloat16),
-                "indices": torch.randint(0, n_main, (s.B, 1, s.topk), device="cuda", generator=gen, dtype=torch.int32),
-                "topk_length": torch.full((s.B,), s.topk, device="cuda", dtype=torch.int32),
+                "q": torch.randn(s.B, 1, s.H, 512, device=dev, generator=gen).to(torch.bfloat16),
+                "indices": torch.randint(0, n_main, (s.B, 1, s.topk), device=dev, generator=gen, dtype=torch.int32),
+                "topk_length": torch.full((s.B,), s.topk, device=dev, dtype=torch.int32),
                 "extra_indices": None, "extra_topk_length": None,
             }
             if s.extra_topk:
-                d["extra_indices"] = torch.randint(0, n_extra, (s.B, 1, s.extra_topk), device="cuda", generator=gen, dtype=torch.int32)
-                d["extra_topk_length"] = torch.full((s.B,), s.extra_topk, device="cuda", dtype=torch.int32)
+                d["extra_indices"] = torch.randint(0, n_extra, (s.B, 1, s.extra_topk), device=dev, generator=gen, dtype=torch.int32)
+                d["extra_topk_length"] = torch.full((s.B,), s.extra_topk, device=dev, dtype=torch.int32)
             self.sets.append(d)
-        self.sink = torch.randn(s.H, device="cuda", generator=gen)
+        self.sink = torch.randn(s.H, device=dev, generator=gen)
 
     def args(self, i):
         d = self.sets[i]
         return (d["q"], self.k_cache, d["indices"], d["topk_length"], self.sink, 512, SCALE,
                 self.extra_k_cache, d["extra_indices"], d["extra_topk_length"])
+
+
+# Replays per timing: 20, fewer for a call that gathers more than the batch sweep's largest (128 rows x 2048
+# tokens), so a prefill chunk's milliseconds-long calls keep the run short; at least 3 (x 3 repeats x ROTATE).
+REPLAY_TOKENS = 1 << 18
+
+
+def replays_for(shape: "Shape") -> int:
+    tokens = shape.B * (shape.topk + shape.extra_topk)
+    return 20 if tokens <= REPLAY_TOKENS else max(3, 20 * REPLAY_TOKENS // tokens)
 
 
 def graph_time_us(calls, replays=20) -> float:
@@ -200,6 +235,14 @@ def main() -> None:
     ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
     ap.add_argument("--batches", default="1,4,16,64,128", help="batch sizes of the window + extra shapes")
+    ap.add_argument("--rows", default="flash", choices=ROW_SETS,
+                    help="flash: the batch sweep (--heads x --batches, --topk-heads); v41: V4.1-Flash's decode, "
+                         "verify and prefill rows at --heads x --extra-topks")
+    ap.add_argument("--extra-topks", default=",".join(map(str, V41.EXTRA_TOPKS)),
+                    help="--rows v41: the compressed top-k widths beside the window of 128")
+    ap.add_argument("--tree", type=Path,
+                    help="a slice of the patched 0.5.23 tree (bench.tree_slice): ours from its kernel file, with "
+                         "its release's register_custom_op (without it: the 0.5.14 overlay, the pinned wheel read)")
     ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
                     help="the FlashInfer sm_120 peer's folder (bench.peers.flashinfer_sm120_sources + _build)")
     ap.add_argument("--peer-sms", default="132,188",
@@ -214,6 +257,8 @@ def main() -> None:
                     help="a folder with the release's register_custom_op files (bench/release_slice.py); "
                          "default: the pinned wheel")
     args = ap.parse_args()
+    if args.tree and args.release_tree:
+        ap.error("expected --tree or --release-tree (a tree slice holds its release's register_custom_op), found both")
     if args.plot_from:
         replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png")
         return
@@ -221,7 +266,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     print_header()
-    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma", tree=args.release_tree)
+    mma = load_ours(args.tree, args.release_tree)
     fusion = fusion_keys(mma) if args.fp_fusion == "both" else None
     if fusion:
         print(f"fp fusion: the kernels state enable_fp_fusion={mma.ENABLE_FP_FUSION} ({fusion[0]}); "
@@ -251,22 +296,29 @@ def main() -> None:
     topk_heads = [int(h) for h in args.topk_heads.split(",") if h]
     configs = [c for c in args.configs.split(",") if c]
     batches = [int(b) for b in args.batches.split(",") if b]
-    shapes = [Shape(B, H, 128, 512) for H in heads for B in batches]
-    shapes += [Shape(B, H, 2048, 0) for H in topk_heads for B in (1, 16, 64, 128)]
+    shapes = row_set_shapes(args.rows, heads, batches, topk_heads,
+                            [int(k) for k in args.extra_topks.split(",") if k])
+    print(f"rows: {args.rows}, {len(shapes)} shapes", flush=True)
 
     rows = []
     for s in shapes:
         inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
-        row = {"shape": s.name, "H": s.H, "B": s.B, "topk": s.topk, "extra_topk": s.extra_topk}
+        row = {"shape": s.name, "H": s.H, "B": s.B, "kind": s.kind, "topk": s.topk, "extra_topk": s.extra_topk}
         row["floor_us"] = s.kv_bytes() / bw * 1e6
         ref = reference_f64(inp, 0)
         row["mma_config"] = mma.pick_config(s.H, s.B, sms=torch.cuda.get_device_properties(0).multi_processor_count)
-        row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
-        row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
-        if fusion:
-            row[f"{fusion[0]}_err"], row[f"{fusion[0]}_us"] = row["mma_err"], row["mma_us"]
-            time_column(row, fusion[1], lambda i: with_fp_fusion(mma, not mma.ENABLE_FP_FUSION,
-                                                                 mma.flash_mla_sparse_decode_mma, *inp.args(i)), ref)
+        try:   # a shape ours fails at is a finding: recorded (mma_fail), the run goes on
+            row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
+            row["mma_us"] = graph_time_us(
+                [lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)], replays_for(s))
+            if fusion:
+                row[f"{fusion[0]}_err"], row[f"{fusion[0]}_us"] = row["mma_err"], row["mma_us"]
+                time_column(row, fusion[1], lambda i: with_fp_fusion(mma, not mma.ENABLE_FP_FUSION,
+                                                                     mma.flash_mla_sparse_decode_mma, *inp.args(i)),
+                            ref, min(10, replays_for(s)))
+        except Exception as exc:
+            row["mma_fail"] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"ours failed at {s.name}:", row["mma_fail"], flush=True)
         for name in configs:
             def call(i, cfg=config_spec(mma, name)):
                 a = inp.args(i)
@@ -304,7 +356,7 @@ def main() -> None:
                 row["flashmla_err"] = f"{type(exc).__name__}: {exc}"[:200]
                 print("flashmla failed:", row["flashmla_err"])
         if peer is not None:
-            time_peer(peer, peer_sms, inp, peer_kv, ref, row)
+            time_peer(peer, peer_sms, inp, peer_kv, ref, row, replays_for(s))
         rows.append(row)
         print(json.dumps(row), flush=True)
         del inp, ref
@@ -336,6 +388,10 @@ def main() -> None:
         print_best(sweep)
 
     (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
+    failed = [r["shape"] for r in rows if "mma_us" not in r]
+    if failed:
+        print(f"ours failed at {len(failed)} shapes (mma_fail in their rows, left out of the tables):", ", ".join(failed))
+    rows = [r for r in rows if "mma_us" in r]
     print_table(rows, bw)
     if peer is not None:
         print_peer_table(rows, peer_sms)
@@ -374,12 +430,25 @@ def print_fusion_table(rows):
               + " / ".join("-" if e is None else f"{e:.2e}" for e in errs) + " |")
 
 
-def time_column(row, key, call, ref) -> None:
+def load_ours(tree: Path | None, release_tree: Path | None = None):
+    """The MMA kernel module: the patched 0.5.23 slice's file (its release's register_custom_op), else the 0.5.14
+    overlay file (register_custom_op from release_tree's files (bench/release_slice.py), else from the pinned 0.5.14
+    wheel, read through the patchkit cache)."""
+    if tree is None:
+        return load_kernel(OVERLAY, "flash_mla_sm120_mma", tree=release_tree)
+    path = Path(tree) / TREE_KERNEL
+    if not path.is_file():
+        raise SystemExit(f"--tree: expected {path} (python3 -m bench.tree_slice OUT), found no such file")
+    print(f"ours: {path} (the patched 0.5.23 tree's kernel)")
+    return load_kernel(path, "flash_mla_sm120_mma", tree=Path(tree))
+
+
+def time_column(row, key, call, ref, replays=10) -> None:
     """row[key + '_err' / '_us']: call(i)'s error against float64 and its time over the ROTATE input sets;
     a failure goes to row[key + '_fail'] and the run goes on."""
     try:
         row[f"{key}_err"] = rel_err(call(0)[0], ref)
-        row[f"{key}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
+        row[f"{key}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=replays)
     except Exception as exc:  # report, keep benchmarking the rest
         row[f"{key}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
         print(f"{key} failed:", row[f"{key}_fail"])
@@ -399,7 +468,7 @@ def load_flashinfer_peer(src: Path):
     return peer
 
 
-def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
+def time_peer(peer, sms, inp, peer_kv, ref, row, replays=20) -> None:
     """Per SM count: the peer's error against float64 and its time, as row['fi<SMs>_err' / '_us']."""
     def call(i):
         a = inp.args(i)
@@ -413,7 +482,7 @@ def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
             row[f"fi{sm}_err"] = rel_err(call(0)[0], ref)
             facts = peer.plan_facts()
             row[f"fi{sm}_plan"] = {k: facts.get(k) for k in ("implementation", "variant", "cpb", "active_splits")}
-            row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)])
+            row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays)
         except Exception as exc:  # report, keep benchmarking the rest
             row[f"fi{sm}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"flashinfer peer ({sm} SMs) failed:", row[f"fi{sm}_fail"])
@@ -463,14 +532,29 @@ def config_spec(mma, spec: str):
     return tuple(mma.GLUON_CONFIGS[name]["launch"]) + (int(pad_kb) * 1024,) if pad_kb else name
 
 
+# Tokens gathered per float64 slice of the reference: a 8192-row prefill chunk of 1152 tokens each would be
+# 38 GB of float64 KV at once; a slice of rows keeps it near 1 GB.
+REF_TOKENS_PER_SLICE = 1 << 18
+
+
 def reference_f64(inp: "Inputs", i: int) -> torch.Tensor:
     """float64 output [B, 1, H, 512] of input set i, from the pool bytes (every index valid, full
-    lengths): the error columns are measured against it, sink included."""
+    lengths): the error columns are measured against it, sink included. Rows are independent, so they are
+    computed in slices of at most REF_TOKENS_PER_SLICE gathered tokens."""
     q, _, idx, _, sink, _, scale, _, eidx, _ = inp.args(i)
     s = inp.shape
+    step = max(1, REF_TOKENS_PER_SLICE // (s.topk + s.extra_topk))
+    return torch.cat([reference_rows(inp, q[r:r + step], idx[r:r + step], sink, scale,
+                                     None if eidx is None else eidx[r:r + step])
+                      for r in range(0, s.B, step)])
+
+
+def reference_rows(inp: "Inputs", q, idx, sink, scale, eidx) -> torch.Tensor:
+    """reference_f64 of the rows q holds (idx, eidx: their indices)."""
+    s, rows = inp.shape, q.shape[0]
 
     def gather(pool, p, ind):
-        ind = ind.reshape(s.B, -1).long()
+        ind = ind.reshape(rows, -1).long()
         page, off = ind // p, ind % p
         flat = pool.reshape(-1)
         body = flat[(page * pool.shape[1] + off * 576)[..., None] + torch.arange(576, device=pool.device)]

@@ -4,6 +4,7 @@ decode, in one call: the evidence for the 0.5.23 line's default.
     python3 -m bench.p1_triton_lines --triton /tmp/triton-3.8.0 --peer /tmp/peer-0.7.2 --peer /tmp/peer-0.7.4 \\
         --out $OUT/lines [--heads 8,16,32,64] [--batches 1,2,4,8,16,32,64,128] [--topk-heads 8,64] [--budget 540]
     python3 -m bench.p1_triton_lines --triton /tmp/triton-3.9.0 --fp-fusion both --release-tree DIR --out DIR
+    python3 -m bench.p1_triton_lines ... --rows v41 --tree DIR --heads 8,16   # V4.1-Flash's rows (bench_mma_decode)
     python3 -m bench.p1_triton_lines --report DIR      # the tables again from a saved run; writes nothing
 
 Runs bench_mma_decode once per (Triton, FlashInfer peer): the box's Triton with the first peer, then the
@@ -15,7 +16,9 @@ run's log (every row a JSON line as it finishes, then the tables) lands in OUT/<
 joins the rows by shape. The rule the 0.5.23 default follows (README "Release lines"): per row of the
 run under the carried Triton with the pinned FlashInfer (the first peer), ours is at least as accurate
 (error vs float64) and not slower than the faster of FlashInfer's two plans (the 132- and 188-SM split
-heuristics). The verdict prints the rows where it holds, and by how much it misses where it does not.
+heuristics). The verdict prints the rows where it holds, and by how much it misses where it does not;
+the routing lines then say, per head count and cache width, at which row counts FlashInfer was the faster
+(what the 0.5.23 routing table is set from).
 Without a peer, ours is timed under each Triton alone and no rule is judged. `--fp-fusion both`: every run also
 times ours with the FP fusion setting the kernels do not state (bench_mma_decode's), and a table shows both per
 Triton. `--release-tree`: bench_mma_decode's (the release's register_custom_op from a folder, not the wheel).
@@ -52,9 +55,10 @@ def peer_release(folder: Path) -> str:
     return json.loads((folder / "SOURCES.json").read_text())["flashinfer"]
 
 
-def plan_runs(triton: Path | None, peers: list[Path]) -> list[dict]:
-    """The box's Triton with the first peer, then the carried Triton with each peer."""
-    runs = [{"triton": None, "peer": peers[0] if peers else None}]
+def plan_runs(triton: Path | None, peers: list[Path], box_peer: bool = True) -> list[dict]:
+    """The box's Triton with the first peer (box_peer False: ours alone, the baseline), then the carried Triton
+    with each peer."""
+    runs = [{"triton": None, "peer": peers[0] if peers and box_peer else None}]
     if triton is not None:
         runs += [{"triton": triton, "peer": p} for p in peers] or [{"triton": triton, "peer": None}]
     for run in runs:
@@ -194,7 +198,29 @@ def report(out: Path) -> int:
           f"{len(held) + len(missed)} rows")
     for line in missed:
         print("  misses", line)
+    for line in routing(list(by_shape[judged["name"]].values())):
+        print(line)
     return 0
+
+
+def routing(rows: list[dict]) -> list[str]:
+    """Per head count and cache width (the shape's first and last parts), the row counts (a row's B) where
+    FlashInfer's faster plan took less time than ours, and where ours did: one line each, rows ascending."""
+    groups: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for row in rows:
+        us, _, _ = best_peer(row)
+        if us is None or not isinstance(row.get("mma_us"), (int, float)) or "B" not in row:
+            continue
+        parts = row["shape"].split("/")
+        heads, width = parts[0], parts[-1] if len(parts) > 2 else "-"
+        side = "flashinfer" if us < row["mma_us"] else "ours"
+        groups.setdefault((heads, width), {"flashinfer": [], "ours": []})[side].append(int(row["B"]))
+    lines = []
+    for (heads, width), sides in groups.items():
+        fi, ours = sorted(sides["flashinfer"]), sorted(sides["ours"])
+        lines.append(f"routing {heads} {width}: FlashInfer faster at rows {','.join(map(str, fi)) or 'none'}; "
+                     f"ours at rows {','.join(map(str, ours)) or 'none'}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -206,6 +232,12 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", default="8,16,32,64")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128")
     ap.add_argument("--topk-heads", default="8,64")
+    ap.add_argument("--rows", default="flash", help="bench_mma_decode's row set: flash (the batch sweep) or v41")
+    ap.add_argument("--extra-topks", default="512,1024", help="--rows v41: compressed top-k widths")
+    ap.add_argument("--tree", type=Path, help="bench_mma_decode --tree: a slice of the patched 0.5.23 tree")
+    ap.add_argument("--box-without-peer", action="store_true",
+                    help="time ours alone under the box's Triton (the baseline); FlashInfer only in the carried "
+                         "Triton's runs, where the rule is judged (a shorter first run)")
     ap.add_argument("--budget", type=float, default=540, help="seconds for all runs together (default: %(default)s)")
     ap.add_argument("--fp-fusion", choices=("shipped", "both"), default="shipped",
                     help="both: every run also times ours with the other FP fusion setting (bench_mma_decode's)")
@@ -216,13 +248,16 @@ def main(argv=None) -> int:
         return report(args.report)
     if args.out is None:
         ap.error("--out is required unless --report")
+    if args.tree and args.release_tree:
+        ap.error("expected --tree or --release-tree (a tree slice holds its release's register_custom_op), found both")
     print("command:", command_line(), flush=True)
-    runs = plan_runs(args.triton, args.peer)
+    runs = plan_runs(args.triton, args.peer, box_peer=not args.box_without_peer)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runs.json").write_text(json.dumps(
         [{k: (str(v) if isinstance(v, Path) else v) for k, v in r.items()} for r in runs], indent=1) + "\n")
     bench_args = ["--heads", args.heads, "--batches", args.batches, "--topk-heads", args.topk_heads,
-                  "--fp-fusion", args.fp_fusion]
+                  "--rows", args.rows, "--extra-topks", args.extra_topks, "--fp-fusion", args.fp_fusion]
+    bench_args += ["--tree", str(args.tree.resolve())] if args.tree else []
     bench_args += ["--release-tree", str(args.release_tree.resolve())] if args.release_tree else []
     deadline = time.time() + args.budget
     for i, run in enumerate(runs):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench import p1_triton_lines as lines
 
 
@@ -109,3 +111,66 @@ def test_fp_fusion_and_the_release_tree_reach_every_bench_run(tmp_path, monkeypa
     assert lines.main(["--out", str(tmp_path / "o"), "--fp-fusion", "both", "--release-tree", str(tmp_path)]) == 0
     assert seen and all(a[a.index("--fp-fusion") + 1] == "both" and a[a.index("--release-tree") + 1] == str(tmp_path)
                         for a in seen)
+def test_routing_says_per_heads_and_width_at_which_rows_flashinfer_was_faster():
+    rows = [dict(row("H8/B1/win128+ex512", 8.0, 2e-3, 12.0, 10.0), B=1),
+            dict(row("H8/P2048/win128+ex512", 900.0, 2e-3, 700.0, 720.0), B=2048),
+            dict(row("H8/B8x7/win128+ex512", 30.0, 2e-3, 40.0, 29.0), B=56),
+            dict(row("H16/B1/win128+ex1024", 8.0, 2e-3, 12.0, 10.0), B=1),
+            dict(row("H16/B2/win128+ex1024", 8.0, 2e-3), B=2)]           # no FlashInfer: not counted
+    assert lines.routing(rows) == [
+        "routing H8 win128+ex512: FlashInfer faster at rows 56,2048; ours at rows 1",
+        "routing H16 win128+ex1024: FlashInfer faster at rows none; ours at rows 1"]
+
+
+def test_the_row_set_and_the_tree_reach_every_run(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(lines, "run_one", lambda run, out, bench_args, timeout: seen.append(bench_args) or 0)
+    monkeypatch.setattr(lines, "report", lambda out: 0)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "SOURCES.json").write_text(json.dumps({"flashinfer": "0.7.2"}))
+    assert lines.main(["--peer", str(tmp_path / "p"), "--out", str(tmp_path / "o"), "--rows", "v41",
+                       "--extra-topks", "512", "--tree", str(tmp_path / "slice"), "--heads", "8,16"]) == 0
+    (args,) = seen
+    assert args[args.index("--rows") + 1] == "v41" and args[args.index("--extra-topks") + 1] == "512"
+    assert args[args.index("--tree") + 1] == str((tmp_path / "slice").resolve())
+    assert args[args.index("--heads") + 1] == "8,16"
+
+
+def test_the_box_run_can_time_ours_alone_and_the_report_takes_flashinfer_from_the_carried_run(tmp_path, capsys):
+    triton = tmp_path / "t38" / "triton"
+    triton.mkdir(parents=True)
+    (triton / "__init__.py").write_text("__version__ = '3.8.0'\n")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "SOURCES.json").write_text(json.dumps({"flashinfer": "0.7.2"}))
+    runs = lines.plan_runs(tmp_path / "t38", [tmp_path / "p"], box_peer=False)
+    assert runs[0]["peer"] is None and runs[0]["flashinfer"] is None and runs[1]["flashinfer"] == "0.7.2"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "runs.json").write_text(json.dumps([{"name": "triton-3.6.0", "triton": None, "triton_release": "3.6.0",
+                                                 "flashinfer": None}] + [{**runs[1], "triton": "/t38", "peer": "/p"}]))
+    write_run(out, "triton-3.6.0", [row("H8/B1", 7.0, 2e-3)], gpu="NVIDIA H100 (132 SMs), triton 3.6.0")
+    write_run(out, runs[1]["name"], [row("H8/B1", 6.0, 2e-3, 12.0, 10.0)])
+    assert lines.main(["--report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| H8/B1 | 1.00 | 7.0 [h16_t16_w4] | 6.0 [h16_t16_w4] | 12.0 | 10.0 |" in text
+    assert "holds in 1 of 1 rows" in text
+
+
+def test_the_fusion_and_row_set_flags_reach_every_run_together(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(lines, "run_one", lambda run, out, bench_args, timeout: seen.append(bench_args) or 0)
+    monkeypatch.setattr(lines, "report", lambda out: 0)
+    assert lines.main(["--out", str(tmp_path / "o"), "--rows", "v41", "--extra-topks", "512", "--fp-fusion", "both",
+                       "--release-tree", str(tmp_path)]) == 0
+    assert seen and all(a[a.index("--rows") + 1] == "v41" and a[a.index("--extra-topks") + 1] == "512"
+                        and a[a.index("--fp-fusion") + 1] == "both"
+                        and a[a.index("--release-tree") + 1] == str(tmp_path) and "--tree" not in a for a in seen)
+
+
+def test_a_tree_slice_and_a_release_tree_together_are_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(lines, "run_one", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as exc:
+        lines.main(["--out", str(tmp_path / "o"), "--tree", str(tmp_path), "--release-tree", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "expected --tree or --release-tree" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

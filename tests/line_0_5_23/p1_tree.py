@@ -24,6 +24,7 @@ MODEL = "sglang/srt/models/deepseek_v4.py"
 SELECTOR = "SGLANG_SM120_FLASHMLA_BACKEND"
 MMA_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_mma"
 PER_HEAD_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
+DISPATCHER_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120"
 # The release's register_custom_op, which the MMA module registers its op with (harness.upstream.release_custom_op).
 CUSTOM_OP = ("sglang/srt/utils/custom_op.py", "sglang/kernels/kernel_api_logging.py", "sglang/srt/utils/common.py")
 # What dispatcher() reads: a GPU box gets these files alone (write_slice), not the whole tree.
@@ -31,9 +32,13 @@ SLICE = (DISPATCHER, PER_HEAD, MMA, ENVIRON, *CUSTOM_OP)
 
 
 @contextmanager
-def _env(name: str, value: str):
+def _env(name: str, value: str | None):
+    """name=value while inside (None: name unset), then as it was."""
     old = os.environ.get(name)
-    os.environ[name] = value
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
     try:
         yield
     finally:
@@ -43,8 +48,9 @@ def _env(name: str, value: str):
             os.environ[name] = old
 
 
-def dispatcher(root: Path, backend: str) -> types.ModuleType:
-    """The tree's flash_mla_sm120 module with SGLANG_SM120_FLASHMLA_BACKEND=backend read at import."""
+def dispatcher(root: Path, backend: str | None) -> types.ModuleType:
+    """The tree's flash_mla_sm120 module with SGLANG_SM120_FLASHMLA_BACKEND=backend read at import (None: the
+    variable unset, the release's default)."""
     root = Path(root)
     with _env(SELECTOR, backend), tree_package(root, "sglang"):
         envs_mod = import_from_tree(root, "sglang.srt.environ")
@@ -102,8 +108,10 @@ if __name__ == "__main__":   # python -m tests.line_0_5_23.p1_tree slice TREE OU
     print("\n".join(write_slice(Path(sys.argv[2]), Path(sys.argv[3]))))
 
 
-def kernel_num_heads(root: Path, backend: str):
+def kernel_num_heads(root: Path, backend: str | None, routes=None):
     """MqaAttentionBase._kernel_num_heads of the tree's deepseek_v4.py, compiled alone, on a simulated sm_120.
+    Where the tree's dispatcher has sm120_backend (the default's routing by rows), the function reads it from
+    that dispatcher, loaded with `backend` (None: unset) and, given `routes`, SM120_DEFAULT_ROUTES set to them.
 
     Returns f(n_heads, n_local_heads, attn_tp_size, num_tokens) -> the head count the decode call gets.
     """
@@ -118,15 +126,45 @@ def kernel_num_heads(root: Path, backend: str):
         "SM120_DECODE_MAX_TOKENS": max_tokens,
         "envs": envs,
     }
+    routing = None
+    if "def sm120_backend(" in (Path(root) / DISPATCHER).read_text():
+        routing = dispatcher(root, backend)
+        if routes is not None:
+            routing.SM120_DEFAULT_ROUTES = tuple(routes)
+        namespace["sm120_backend"] = routing.sm120_backend
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), namespace)
     method = namespace["_kernel_num_heads"]
 
     def call(n_heads, n_local_heads, attn_tp_size, num_tokens):
         layer = types.SimpleNamespace(n_heads=n_heads, n_local_heads=n_local_heads, attn_tp_size=attn_tp_size)
-        with _env(SELECTOR, backend):
+        with _env(SELECTOR, backend), _dispatcher_importable(routing):
             return method(layer, num_tokens)
 
     return call
+
+
+@contextmanager
+def _dispatcher_importable(module: types.ModuleType | None):
+    """While inside, `from sglang.kernels.ops.attention.flash_mla_sm120 import ...` (what _kernel_num_heads does
+    for the flashinfer backend) finds `module`, its parent packages bare; nothing done without one (a tree
+    without the routing)."""
+    if module is None:
+        yield
+        return
+    names = ["sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention"]
+    saved = {k: sys.modules.get(k) for k in (*names, DISPATCHER_MODULE)}
+    for name in names:
+        if name not in sys.modules:
+            sys.modules[name] = types.ModuleType(name)
+    sys.modules[DISPATCHER_MODULE] = module
+    try:
+        yield
+    finally:
+        for name, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = mod
 
 
 def dispatcher_constant(root: Path, name: str):

@@ -5,7 +5,10 @@ Red on pristine 0.5.23 and green patched, against the trees' real files (tests/l
   and matches the float64 reference, also above SM120_DECODE_MAX_TOKENS rows, where the flashinfer
   backend switches to FlashInfer's prefill kernel and mma keeps the same kernel;
 - at TP > 1, MqaAttentionBase._kernel_num_heads (0.5.20+) hands the mma decode call the rank's real
-  heads (P7's job without P7): pristine pads it to 64, as for every backend but flashinfer.
+  heads (P7's job without P7): pristine pads it to 64, as for every backend but flashinfer;
+- the default (the variable unset) routes each call by its query rows as SM120_DEFAULT_ROUTES says, through
+  0.5.23's own flash_mla_with_kvcache_sm120 and _kernel_num_heads alike; empty, it is mma at every row count;
+  a backend set in the variable takes every call (FlashInfer's two functions stubbed: they need its library).
 """
 from __future__ import annotations
 
@@ -74,8 +77,8 @@ def test_above_decode_max_tokens_mma_keeps_its_kernel(patched_root):
     max_tokens = T.dispatcher_constant(patched_root, "SM120_DECODE_MAX_TOKENS")
     assert max_tokens == 64
     source = (patched_root / T.DISPATCHER).read_text()
-    branch = source[source.index('if _sm120_default_backend == "mma":'):]
-    branch = branch[: branch.index('if _sm120_default_backend == "triton":')]
+    branch = source[source.index('if backend == "mma":'):]     # the backend sm120_backend picks for the call
+    branch = branch[: branch.index('if backend == "triton":')]
     assert "SM120_DECODE_MAX_TOKENS" not in branch.split("\n", 3)[-1] and "_prefill" not in branch
 
 
@@ -129,3 +132,64 @@ def test_a_slice_of_the_patched_tree_runs_both_backends_as_the_gpu_test_calls_th
             G.slice_root()
     finally:
         del os.environ["P1_TREE"]
+
+
+ROUTE_ROWS = [1, 8, 9, 64, 65, 448, 2048]     # decode, a verify batch, both sides of 64 rows, a prefill chunk
+
+
+def _routed(module, monkeypatch):
+    """Calls of `module`'s flash_mla_with_kvcache_sm120 by row count -> which function ran them: the MMA
+    kernel, FlashInfer's decode or its prefill path (each a recording stub: the kernels run in the tests above
+    and on the GPU machine; FlashInfer's need its library)."""
+    ran = {}
+    monkeypatch.setitem(sys.modules, T.MMA_MODULE, module._test_mma)
+    stubs = ((module._test_mma, "flash_mla_sparse_decode_mma", "mma"),
+             (module, "_flash_mla_flashinfer", "flashinfer decode"),
+             (module, "_flash_mla_sm120_prefill", "flashinfer prefill"))
+    for owner, name, label in stubs:
+        monkeypatch.setattr(owner, name, lambda q, *a, label=label: (ran.setdefault(q.shape[0], label), None))
+    for rows in ROUTE_ROWS:
+        _decode(module, make_case(B=rows, H=16, topk=16, extra_topk=0, page_size=64, num_pages=2, seed=rows))
+    return ran
+
+
+def test_pristine_has_no_routing_by_rows(pristine_root):
+    module = T.dispatcher(pristine_root, None)
+    assert not hasattr(module, "SM120_DEFAULT_ROUTES") and not hasattr(module, "sm120_backend")
+
+
+def test_the_default_routes_nothing_until_the_bench_sets_it(patched_root, monkeypatch):
+    """Empty table: mma at every row count, prefill chunks and verify batches included (today's default)."""
+    module = T.dispatcher(patched_root, None)
+    assert module.SM120_DEFAULT_ROUTES == ()
+    assert _routed(module, monkeypatch) == {rows: "mma" for rows in ROUTE_ROWS}
+
+
+def test_the_default_follows_the_table_per_row_range(patched_root, monkeypatch):
+    """Rows in a range go to its backend (both ends included, the first range that holds them wins); FlashInfer
+    then runs as the release runs it: its decode up to 64 rows, its prefill path above."""
+    module = T.dispatcher(patched_root, None)
+    monkeypatch.setattr(module, "SM120_DEFAULT_ROUTES", ((9, 64, "flashinfer"), (448, 10 ** 9, "flashinfer"),
+                                                         (1, 10 ** 9, "mma")))
+    assert _routed(module, monkeypatch) == {1: "mma", 8: "mma", 9: "flashinfer decode", 64: "flashinfer decode",
+                                            65: "mma", 448: "flashinfer prefill", 2048: "flashinfer prefill"}
+
+
+@pytest.mark.parametrize("backend", ["mma", "flashinfer"])
+def test_a_backend_set_in_the_variable_takes_every_call(patched_root, monkeypatch, backend):
+    module = T.dispatcher(patched_root, backend)
+    monkeypatch.setattr(module, "SM120_DEFAULT_ROUTES", ((1, 10 ** 9, "mma" if backend == "flashinfer" else "flashinfer"),))
+    want = {rows: "mma" if backend == "mma" else "flashinfer " + ("decode" if rows <= 64 else "prefill")
+            for rows in ROUTE_ROWS}
+    assert _routed(module, monkeypatch) == want
+
+
+@pytest.mark.parametrize("tp_size", [4, 8])
+def test_the_head_count_follows_the_routed_backend(patched_root, tp_size):
+    """_kernel_num_heads asks the same routing: a decode call routed to FlashInfer gets its padded 64 heads (no
+    FlashInfer here reports no exact-head kernel), one left to mma the rank's own."""
+    local = N_HEADS // tp_size
+    routed = T.kernel_num_heads(patched_root, None, routes=((9, 64, "flashinfer"),))
+    assert [routed(N_HEADS, local, tp_size, rows) for rows in (8, 9, 64, 65)] == [local, 64, 64, local]
+    unrouted = T.kernel_num_heads(patched_root, None)
+    assert [unrouted(N_HEADS, local, tp_size, rows) for rows in (8, 9, 64, 65)] == [local] * 4
