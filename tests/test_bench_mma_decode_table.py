@@ -4,7 +4,9 @@ a run that has experiment columns."""
 from __future__ import annotations
 
 import json
+import sys
 
+import pytest
 import torch
 
 from bench import bench_mma_decode as bm
@@ -61,3 +63,26 @@ def test_the_other_fp_fusion_setting_is_set_for_the_call_alone_and_tabled_beside
     cells = lambda s: [c.strip() for c in s.strip("|").split("|")]  # noqa: E731
     assert cells(line) == ["H8/B16/win128+ex512", "14.7", "15.4", "1.05", "2.10e-03 / 2.20e-03"]
     assert len(cells(rule)) == len(cells(head)) == 5
+
+
+def test_ours_takes_register_custom_op_from_the_release_tree_or_from_the_tree_slice(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(bm, "load_kernel", lambda path, name, tree=None: seen.append((path, tree)) or name)
+    bm.load_ours(None, tmp_path / "release")                    # the 0.5.14 overlay file, the release slice's op
+    (tmp_path / "slice" / bm.TREE_KERNEL).parent.mkdir(parents=True)
+    (tmp_path / "slice" / bm.TREE_KERNEL).write_text("")
+    bm.load_ours(tmp_path / "slice")                             # the 0.5.23 tree's file and its own op
+    bm.load_ours(None)                                           # the overlay file, the pinned wheel's op
+    assert seen == [(bm.OVERLAY, tmp_path / "release"), (tmp_path / "slice" / bm.TREE_KERNEL, tmp_path / "slice"),
+                    (bm.OVERLAY, None)]
+
+
+def test_a_tree_slice_and_a_release_tree_together_are_refused_before_anything_loads(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bm, "load_ours", lambda *a: pytest.fail("ours loaded"))
+    monkeypatch.setattr(sys, "argv", ["bench_mma_decode", "--out", str(tmp_path / "o"), "--tree", str(tmp_path),
+                                      "--release-tree", str(tmp_path)])
+    with pytest.raises(SystemExit) as exc:
+        bm.main()
+    assert exc.value.code == 2
+    assert "expected --tree or --release-tree" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
