@@ -4,7 +4,7 @@
 #   bash bench/gpu_runs/v41_rows.sh RESULTS_DIR
 #
 # It needs, beside the checkout (docs/gpu_box.md, "P1 and P3 at V4.1-Flash's rows"):
-#   build/carry-triton-3.8.0   make carry-triton                     (triton 3.8.0, SGLang 0.5.23's)
+#   build/carry-triton-3.8.0   make carry-triton CARRY_ARCHS=90      (triton 3.8.0, SGLang 0.5.23's; sm_90's ptxas alone)
 #   build/carry-peer-0.7.2     make carry-peers CARRY_PEERS=0.7.2     (FlashInfer 0.7.2's sm_120 attention for sm_90a)
 #   build/carry-slice-0.5.23   make carry-slice LINE=0.5.23           (the files of both 0.5.23 trees the benches read)
 # Writes into RESULTS_DIR: commands.txt (every command, as run), machine.txt, p1.txt + p1/ (bench.p1_triton_lines:
