@@ -1,8 +1,8 @@
 """The repository's documents agree with the tree they describe (no GPU, no network).
 
 * bench/results/INDEX.md lists every raw output with its date and the section that cites it.
-* README.md's layout names every top-level directory and every module of the code directories, and nothing
-  that is gone.
+* ARCHITECTURE.md's layout names every top-level directory and every module of the code directories, and
+  nothing that is gone.
 * Measured numbers live in BENCHMARKS.md only (with date and raw output): README.md, docs/ and the patch headers
   cite its sections. The design notes (docs/*_notes.md) are exempt: they are the record of probes, predictions
   and rejected variants, each table naming its raw file in bench/results, and they cite BENCHMARKS.md for what
@@ -19,7 +19,7 @@ from tests.saved_results import ARCHIVED_SUMS, index_parts
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-# Directories whose every module README.md's layout describes, one line each.
+# Directories whose every module ARCHITECTURE.md's layout describes, one line each.
 CODE_DIRS = ("patchkit", "serving", "harness", "bench", "overlay")
 # A number with the unit of a measurement: time, rate, bandwidth, speed-up, percentage ("1.2x", "81%", "9.2 us",
 # "0.40 / 6.0 ms" is caught at its last number). Bounds and targets ("<= 13 us", ">= 99%") are not measurements.
@@ -113,19 +113,19 @@ def repo_files() -> list[str]:
                       and not any(part.startswith((".venv", ".carry", ".whl")) for part in f.relative_to(REPO).parts))
 
 
-def readme_layout() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """README.md's layout block: {top-level entry: description}, {top-level dir: {entry under it: description}}."""
-    text = section((REPO / "README.md").read_text(), "layout")
-    assert text, "README.md: expected a '## Layout' section, found none"
+def architecture_layout() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """ARCHITECTURE.md's layout block: {top-level entry: description}, {top-level dir: {entry under it: description}}."""
+    text = section((REPO / "ARCHITECTURE.md").read_text(), "layout")
+    assert text, "ARCHITECTURE.md: expected a '## Layout' section, found none"
     block = re.search(r"```\n(.*?)```", text, re.S)
-    assert block, "README.md: expected the layout as a code block in '## Layout', found none"
+    assert block, "ARCHITECTURE.md: expected the layout as a code block in '## Layout', found none"
     top, nested, current = {}, {}, None
     for line in block.group(1).splitlines():
         m = re.match(r"( *)(\S+)\s+(\S.*)$", line)
-        assert m, f"README.md layout: expected 'path  description', found {line!r}"
+        assert m, f"ARCHITECTURE.md layout: expected 'path  description', found {line!r}"
         indent, name, what = m.groups()
         if indent:
-            assert current, f"README.md layout: {name} is indented under no directory"
+            assert current, f"ARCHITECTURE.md layout: {name} is indented under no directory"
             nested[current][name] = what
         else:
             top[name] = what
@@ -135,31 +135,32 @@ def readme_layout() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     return top, nested
 
 
-def test_readme_layout_names_every_top_level_directory_and_nothing_gone():
-    top, _ = readme_layout()
+def test_architecture_layout_names_every_top_level_directory_and_nothing_gone():
+    top, _ = architecture_layout()
     files = repo_files()
     dirs = {f.split("/")[0] for f in files if "/" in f}
     missing = sorted(d + "/" for d in dirs if d + "/" not in top)
-    assert not missing, f"README.md layout: expected an entry for {missing}, found none"
+    assert not missing, f"ARCHITECTURE.md layout: expected an entry for {missing}, found none"
     gone = sorted(name for name in top if not (REPO / name).exists())
-    assert not gone, f"README.md layout: describes {gone}, found no such path"
+    assert not gone, f"ARCHITECTURE.md layout: describes {gone}, found no such path"
 
 
-def test_readme_layout_describes_every_module_of_the_code_directories():
-    _, nested = readme_layout()
+def test_architecture_layout_describes_every_module_of_the_code_directories():
+    _, nested = architecture_layout()
     files = repo_files()
     for d in CODE_DIRS:
-        assert d in nested, f"README.md layout: expected a '{d}/' entry, found none"
+        assert d in nested, f"ARCHITECTURE.md layout: expected a '{d}/' entry, found none"
         modules = {f[len(d) + 1:] for f in files if f.startswith(d + "/") and f.endswith(".py")}
         described = {name for name in nested[d] if name.endswith(".py")}
-        assert not modules - described, f"README.md layout: {d}/: expected entries for {sorted(modules - described)}"
+        assert not modules - described, f"ARCHITECTURE.md layout: {d}/: expected entries for {sorted(modules - described)}"
         gone = sorted(name for name in nested[d] if not (REPO / d / name).exists())
-        assert not gone, f"README.md layout: {d}/: describes {gone}, found no such path"
+        assert not gone, f"ARCHITECTURE.md layout: {d}/: describes {gone}, found no such path"
 
 
 def prose_documents() -> dict[str, str]:
-    """README.md, docs/*.md but the design notes, and each patch's header (its diff body is upstream code)."""
-    docs = {"README.md": (REPO / "README.md").read_text()}
+    """README.md, ARCHITECTURE.md, docs/*.md but the design notes, and each patch's header (its diff body is
+    upstream code)."""
+    docs = {name: (REPO / name).read_text() for name in ("README.md", "ARCHITECTURE.md")}
     docs.update({f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))
                  if not p.name.endswith("_notes.md")})
     for p in sorted((REPO / "patches" / "0.5.14").glob("*/*.patch")):
@@ -197,3 +198,17 @@ def test_every_patch_test_trailer_names_a_file_of_the_repository():
                     trailers += 1
                     assert (REPO / name.strip()).is_file(), f"{patch.relative_to(REPO)}: Test: {name.strip()} is not a file"
     assert trailers
+
+
+def test_readme_is_a_front_page_and_architecture_one_page():
+    """The README says what the project is and where to read on; the architecture page fits a page above its index.
+    What grows (commands, guides, the file index) goes to docs/ or ARCHITECTURE.md's layout, not here."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, f"README.md: expected at most 200 lines, found {len(readme.splitlines())}"
+    for heading in ("what-has-run-where", "the-patches", "release-lines", "where-to-read-on"):
+        assert section(readme, heading), f"README.md: expected a section #{heading}, found none"
+    page = (REPO / "ARCHITECTURE.md").read_text().split("\n## Layout\n", 1)[0]
+    assert len(page.splitlines()) <= 110, f"ARCHITECTURE.md: expected the page above Layout in 110 lines, found " \
+                                          f"{len(page.splitlines())}"
+    for heading in ("the-parts", "the-data-flow", "import-rules", "a-new-x-goes-in-y"):
+        assert section(page, heading), f"ARCHITECTURE.md: expected a section #{heading}, found none"
