@@ -22,6 +22,9 @@ CITABLE = ("patchkit", "serving", "harness", "bench", "tests", "docs", "overlay"
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 MD_REF = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md)#([\w-]+)")
 CODE_PATH = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(re.escape(d) for d in CITABLE))
+# The same outside backticks, where a file is named in prose: `docs/usage.md`, tests/test_engine.py.
+BARE_PATH = re.compile(r"(?<![\w/.`-])((?:%s)/[\w./{},*-]*\.(?:md|py|toml|txt|json|sh|patch|png))(?!\.?[\w`])"
+                       % "|".join(re.escape(d) for d in CITABLE))
 # Placeholders a text writes in a path's place (patches/<line>/..., overlay/NAME/): not a citation of one file.
 PLACEHOLDER = re.compile(r"[<>$]|\.\.\.|(?<![a-z])(NAME|LINE|UPSTREAM|NNNN|DATE|X)\b")
 COMMIT = re.compile(r"\bcommit ([0-9a-f]{7,40})\b")
@@ -138,7 +141,8 @@ def broken_citations(edited: dict[str, str] | None = None) -> list[str]:
                     continue    # a Markdown link, checked above
                 if problem := resolve(citing, target, anchor, from_root=True, edited=edited):
                     broken.append(f"{where}: {target}#{anchor}: {problem}")
-            cited = CODE_PATH.findall(line)
+            # upstream-pr.toml speaks of upstream's tree (its tests/...): only its Markdown references are ours
+            cited = [] if citing.endswith(".toml") else CODE_PATH.findall(line) + BARE_PATH.findall(line)
             if citing.endswith(".patch"):
                 cited += [t.strip() for key in ("Test: ", "Evidence: ") if line.startswith(key)
                           for t in line[len(key):].split(",") if "#" not in t]

@@ -4,7 +4,7 @@
 * ARCHITECTURE.md's layout names every top-level directory and every module of the code directories, and
   nothing that is gone.
 * Measured numbers live in BENCHMARKS.md only (with date and raw output): README.md, docs/ and the patch headers
-  cite its sections. The design notes (docs/*_notes.md) are exempt: they are the record of probes, predictions
+  cite its sections. The design notes (bench/notes/) are exempt: they are the record of probes, predictions
   and rejected variants, each table naming its raw file in bench/results, and they cite BENCHMARKS.md for what
   shipped.
 """
@@ -158,11 +158,10 @@ def test_architecture_layout_describes_every_module_of_the_code_directories():
 
 
 def prose_documents() -> dict[str, str]:
-    """README.md, ARCHITECTURE.md, docs/*.md but the design notes, and each patch's header (its diff body is
-    upstream code)."""
+    """README.md, ARCHITECTURE.md, every guide in docs/, and each patch's header (its diff body is upstream
+    code)."""
     docs = {name: (REPO / name).read_text() for name in ("README.md", "ARCHITECTURE.md")}
-    docs.update({f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))
-                 if not p.name.endswith("_notes.md")})
+    docs.update({f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))})
     for p in sorted((REPO / "patches" / "0.5.14").glob("*/*.patch")):
         docs[str(p.relative_to(REPO))] = p.read_text().split("\ndiff --git", 1)[0]
     return docs
@@ -212,3 +211,11 @@ def test_readme_is_a_front_page_and_architecture_one_page():
                                           f"{len(page.splitlines())}"
     for heading in ("the-parts", "the-data-flow", "import-rules", "a-new-x-goes-in-y"):
         assert section(page, heading), f"ARCHITECTURE.md: expected a section #{heading}, found none"
+
+
+def test_docs_holds_the_guides_the_readme_links():
+    """docs/ is for users and maintainers: each page there is one the README links to (a design note, a run's
+    record or a lab notebook goes beside the benches, bench/notes/ or the run's folder)."""
+    readme = (REPO / "README.md").read_text()
+    unlinked = sorted(p.name for p in (REPO / "docs").glob("*.md") if f"](docs/{p.name}" not in readme)
+    assert not unlinked, f"docs/: expected only guides the README links to, found {unlinked} unlinked"

@@ -5,7 +5,7 @@ register spills (ptxas -v), mma.sync and no wgmma, and really warp-specialised (
 than the 4 it is launched with).
 
 Gated, both: ws32g1 (one MMA group) and ws32g2 (two MMA groups on alternate tiles; spill-free only at the
-136 / 192 loader / MMA register split: 144 / 184 spilled 8-16 bytes, docs/mma_decode_notes.md).
+136 / 192 loader / MMA register split: 144 / 184 spilled 8-16 bytes, bench/notes/mma_decode_notes.md).
 """
 from __future__ import annotations
 

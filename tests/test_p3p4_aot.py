@@ -8,7 +8,7 @@ release line's own Triton (harness.aot.aot_runs: 0.5.14 triton 3.6, 0.5.23 trito
 on the 0.5.23 line's files), on the files that line ships (the indexer kernel only in 0.5.14, whose P4 0.5.23
 retired). Registers and spills: Triton's own `ptxas -v` log of the very cubin it built (harness.aot.build_report),
 as in the P1 gate: 3.8 and 3.9 assemble with --regAllocOptLevel=2, whose spills a plain `ptxas -v` of the PTX does
-not show (docs/mma_decode_notes.md "Triton 3.9"). Launch warps are the module's (PARTIALS_NUM_WARPS by release).
+not show (bench/notes/mma_decode_notes.md "Triton 3.9"). Launch warps are the module's (PARTIALS_NUM_WARPS by release).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ ahead, both issued before the current group's MMA, so each load's latency overla
 
 Measured on the H200 (2026-12-01, bench/results/2026-12-01-p4-sweep.txt): slower than the pipelined
 loop of the overlay at every full-row size (batch 64, 1M tokens: 0.98-1.91 ms against 0.81 ms for
-num_stages=5), so not shipped; kept for the record (docs/indexer_mhc_notes.md).
+num_stages=5), so not shipped; kept for the record (bench/notes/indexer_mhc_notes.md).
 """
 from __future__ import annotations
 
