@@ -34,8 +34,8 @@ help:
 	@echo "make bench-e2e [BUNDLE=dir | PINNED_PYTHON=py] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
-	@echo "make carry-size               do the tree and build/bundle leave 16 of the 64 MiB a call to the lent GPU machine carries?"
-	@echo "make carry-triton [CARRY_TRITON=3.8.0]   build/carry-triton-VERSION: a Triton release packed for one GPU-box call"
+	@echo "make bundle-budget           do the tree and build/bundle stay within the bundle's budget (64 MiB copied, 16 spare)?"
+	@echo "make carry-triton [CARRY_TRITON=3.8.0]   build/carry-triton-VERSION: a Triton release packed to copy to the GPU machine"
 	@echo "make carry-peers [CARRY_PEERS=\"0.7.2 0.7.4\"]   build/carry-peer-VERSION: FlashInfer's sm_120 decode built for sm_90a, packed"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
@@ -183,24 +183,24 @@ GPU_CC     ?= 90
 JIT_ARCH   := $(shell echo $(GPU_CC) | sed 's/\(.\)$$/.\1/')
 JIT_CACHE  ?= $(wildcard build/jit-cache build/jit-cache-$(JIT_ARCH))
 
-.PHONY: bundle carry-size prebuild-jit
+.PHONY: bundle bundle-budget prebuild-jit
 
 bundle:
 	$(PYTHON) -m serving.bundle build $(LINE_ARG) --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
 
 # The tree with the largest bundle make bundle builds (its size limit: what CI checks, no bundle built there),
-# then, where one is built, with the real bundle. Each fails when a device call would keep less than 16 MiB spare.
-carry-size:
-	$(PYTHON) -m serving.bundle carry-size --limit-only
-	@if [ -f $(BUNDLE_OUT)/manifest.json ]; then $(PYTHON) -m serving.bundle carry-size --bundle $(BUNDLE_OUT); fi
+# then, where one is built, with the real bundle. Each fails when what is copied would keep less than 16 MiB spare.
+bundle-budget:
+	$(PYTHON) -m serving.bundle budget --limit-only
+	@if [ -f $(BUNDLE_OUT)/manifest.json ]; then $(PYTHON) -m serving.bundle budget --bundle $(BUNDLE_OUT); fi
 
 prebuild-jit: $(VENV)/.installed
 	$(PYTHON) -m serving.bundle prebuild-jit $(LINE_ARG) --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)
 
-# ---- P1 under another Triton, beside FlashInfer, on the lent GPU box (docs/gpu_box.md) ----------------------------
-# build/carry-triton-VERSION: the Triton release packed to travel in one call (bench/carry_triton.py);
+# ---- P1 under another Triton, beside FlashInfer, on the GPU machine (docs/gpu_box.md) ----------------------------
+# build/carry-triton-VERSION: the Triton release packed small enough to copy beside the tree (bench/carry_triton.py);
 # build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/peers/).
-# Both live in the ignored build/: they travel only where a call names them in `carry`.
+# Both live in the ignored build/: copy them to the GPU machine only for the run that needs them.
 CARRY_TRITON ?= 3.8.0
 CARRY_PEERS  ?= 0.7.2 0.7.4
 .PHONY: carry-triton carry-peers

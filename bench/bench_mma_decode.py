@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import tempfile
 import zipfile
@@ -184,8 +183,8 @@ def print_header() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true", help="also time config / split variants (H=64)")
-    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "build" / "bench")),
-                    help="where the JSON and the PNG go (default: $OUT or build/bench)")
+    ap.add_argument("--out", default=str(REPO / "build" / "bench"),
+                    help="where the JSON and the PNG go (default: build/bench)")
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--configs", default="",
                     help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "

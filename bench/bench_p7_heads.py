@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -60,7 +59,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "build" / "bench")))
+    ap.add_argument("--out", default=str(REPO / "build" / "bench"), help="where the JSON goes")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

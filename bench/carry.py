@@ -1,9 +1,9 @@
-"""One checked, compressed payload for a call to the lent GPU machine, and its install there.
+"""One checked, compressed payload to copy to an air-gapped GPU machine, and its install there.
 
     python3 -m bench.carry pack-dir SRC --keep lib,site,SOURCES.json --out build/carry-peer-0.7.4
-    python3 -m bench.carry install build/carry-peer-0.7.4 --into /tmp/peer-0.7.4        # on the GPU box
+    python3 -m bench.carry install build/carry-peer-0.7.4 --into /tmp/peer-0.7.4        # on the GPU machine
 
-A call carries 64 MiB in all, the tree included, so what travels beside the tree is packed small: one
+What is copied beside the tree shares the bundle's budget (64 MiB with the tree), so it is packed small: one
 deterministic `payload.tar.xz` (sorted members, no times or owners, xz -9) and `manifest.json` (every
 member's size and sha256, the payload's sha256, and whatever the packer records about where it came
 from). `install` checks the payload and each member against the manifest before anything is written,

@@ -1,10 +1,10 @@
-"""A Triton release small enough to travel in one call to the lent GPU machine, and its install there.
+"""A Triton release small enough to copy to an air-gapped GPU machine, and its install there.
 
     python3 -m bench.carry_triton build --version 3.8.0 [--python 3.12] [--out build/carry-triton-3.8.0]
-    python3 -m bench.carry_triton install build/carry-triton-3.8.0 --into /tmp/triton-3.8.0   # on the GPU box
+    python3 -m bench.carry_triton install build/carry-triton-3.8.0 --into /tmp/triton-3.8.0   # on the GPU machine
 
-The GPU box has one Triton (its torch's); a newer line's Triton (3.8 for SGLang 0.5.23) is 248 MB as a wheel
-and ~900 MB unpacked, over the 64 MiB a call carries. What a kernel run needs is much smaller: `build` takes
+The GPU machine has one Triton (its torch's); a newer line's Triton (3.8 for SGLang 0.5.23) is 248 MB as a wheel
+and ~900 MB unpacked, over the 64 MiB budget of what is copied there. What a kernel run needs is much smaller: `build` takes
 the release's own manylinux wheel (through pip's configuration, like every download here), leaves out what
 no kernel launch loads (DROPPED: profiler, CUPTI, test plugins, the Blackwell-only ptxas), strips the
 compiler library's symbols (STRIPPED: `strip --strip-unneeded`, code untouched) and packs the rest with
@@ -122,7 +122,7 @@ def build(version: str, python: str, out: Path, downloads: Path, log=print) -> P
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="pack a Triton release for one device call")
+    b = sub.add_parser("build", help="pack a Triton release to copy to the GPU machine")
     b.add_argument("--version", required=True, help="the Triton release, e.g. 3.8.0")
     b.add_argument("--python", default="3.12", help="the GPU box's CPython (default: %(default)s)")
     b.add_argument("--out", type=Path, help="default: build/carry-triton-VERSION")

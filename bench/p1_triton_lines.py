@@ -2,7 +2,7 @@
 decode, in one call: the evidence for the 0.5.23 line's default.
 
     python3 -m bench.p1_triton_lines --triton /tmp/triton-3.8.0 --peer /tmp/peer-0.7.2 --peer /tmp/peer-0.7.4 \\
-        --out $OUT/lines [--heads 8,16,32,64] [--batches 1,2,4,8,16,32,64,128] [--topk-heads 8,64] [--budget 540]
+        --out RESULTS/lines [--heads 8,16,32,64] [--batches 1,2,4,8,16,32,64,128] [--topk-heads 8,64] [--budget 540]
     python3 -m bench.p1_triton_lines --report DIR      # the tables again from a saved run; writes nothing
 
 Runs bench_mma_decode once per (Triton, FlashInfer peer): the box's Triton with the first peer, then the

@@ -3,8 +3,9 @@
     python3 -m bench.trace_summary DIR [--top 15] > kernels.json
 
 Every *.trace.json(.gz) under DIR: for each trace, the total kernel time and the `--top` kernels by time
-(name cut to 100 characters, microseconds, launches). The traces themselves are 0.1-0.5 MB each; a device call
-carries the tree and the offline bundle together under 64 MiB, so committed results keep this instead.
+(name cut to 100 characters, microseconds, launches). The traces themselves are 0.1-0.5 MB each; what is copied
+to the GPU machine (the tree and the offline bundle) stays within the bundle's budget, so committed results keep this
+instead.
 
 Reading a trace (load_trace, kernel_events) lives here; bench/p1_share.py counts its attention share with it.
 """

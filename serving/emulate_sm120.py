@@ -11,7 +11,7 @@ chosen sglang modules finish loading:
   common.py keeps the real check, so e.g. the FP8 GEMMs stay on CUTLASS sm90.
 
 * OVERLAY_EMULATE_SM120=1 -- make SGLang take its sm_120 (RTX PRO 6000 / RTX 50xx) branches on
-  another GPU (the lent H200, sm_90), to run the code the patches change. The one source of truth
+  another GPU (an H200, sm_90), to run the code the patches change. The one source of truth
   upstream is `sglang.srt.utils.common.is_sm120_supported` (an lru_cache'd capability check);
   every user imports that name, some evaluate it at import (`_is_sm120 = is_sm120_supported()`).
   It is replaced as soon as common.py has run, before anything can import it, so every importer

@@ -62,7 +62,7 @@ BOX_ENV = {
     "SGLANG_OPT_USE_TOPK_V2": "0",              # indexer top-k: topk_transform_512 (v2 needs > 99 KB smem)
     "SGLANG_OPT_USE_TILELANG_MHC_POST": "0",    # hc_post: torch, not tilelang mhc_post
 }
-# Several GPUs on one host: no NVLink multicast (the lent machines' notes; harmless on one GPU).
+# Several GPUs on one host: no NVLink multicast (NCCL's multicast setup fails on some hosts; harmless on one GPU).
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 HOOKS_DIR = Path(__file__).resolve().parent / "boxhooks"
 DEFAULT_SITE = REPO / "build" / "bundle-site"
