@@ -522,7 +522,7 @@ def header(record: dict) -> str:
 
 
 def load_json(path: Path):
-    """A result file, plain or gzipped (large raw results are kept as .json.gz in bench/results/)."""
+    """A result file, plain or gzipped (large raw results are kept as .json.gz in bench/runs/)."""
     path = Path(path)
     return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
 

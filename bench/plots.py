@@ -7,7 +7,7 @@
                                                     # plot_mma_decode below and the overlay's own dispatch)
 
 matplotlib is optional: without it a plot is refused with one line and nothing else changes. The indexer and
-MHC-pre benches print markdown tables, and their saved output (the raw file in bench/results) is what these
+MHC-pre benches print markdown tables, and their saved output (the raw file in bench/runs) is what these
 plots read; bench_mma_decode.py saves JSON and draws its plot at the end of a run.
 """
 from __future__ import annotations
@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "bench" / "runs"
 # What BENCHMARKS.md shows: (raw output, picture).
 DEFAULTS = {
-    "indexer": (RESULTS / "2026-12-01-bench_indexer.txt", REPO / "docs/indexer_bench.png"),
-    "mhc-pre": (RESULTS / "2026-12-01-mhc-pdl-run2-bench_mhc_pre.txt", REPO / "docs/mhc_pre_bench.png"),
+    "indexer": (RESULTS / "2026-12-01-indexer-mhc" / "2026-12-01-bench_indexer.txt", REPO / "docs/indexer_bench.png"),
+    "mhc-pre": (RESULTS / "2026-12-01-mhc-pdl-run2" / "2026-12-01-mhc-pdl-run2-bench_mhc_pre.txt", REPO / "docs/mhc_pre_bench.png"),
 }
 
 

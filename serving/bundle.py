@@ -333,7 +333,7 @@ def check_budget(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMI
     say(f"copied to the GPU machine: the tree ({tree / MIB:.2f} MiB) and {what}: {(tree + packed) / MIB:.2f} of the "
         f"{COPY_MIB} MiB budget, {left / MIB:.2f} MiB left, expected at least {SPARE_MIB} MiB left")
     if left < SPARE_MIB * MIB:
-        say(f"short by {(SPARE_MIB * MIB - left) / MIB:.2f} MiB: archive superseded raw results (bench/results/INDEX.md) "
+        say(f"short by {(SPARE_MIB * MIB - left) / MIB:.2f} MiB: archive superseded raw results (bench/runs/INDEX.md) "
             f"or slim the bundle")
         return 1
     return 0

@@ -4,7 +4,7 @@ The texts: README.md, ARCHITECTURE.md, BENCHMARKS.md, CHANGELOG.md, every Markdo
 the run records), each patch's header and each upstream-pr.toml. What they cite: Markdown links (`[x](path#anchor)`),
 bare `FILE.md#anchor` references, and repository paths in backticks (`tests/test_engine.py::test_x`). A renamed
 file, a moved section or a heading reworded under a citation fails here, naming the text, the line and the target.
-Raw outputs are not texts of the project: they are recorded as they were printed.
+Raw outputs (bench/runs/ but each run's RUN.md and the INDEX.md) are not texts of the project: they are recorded as they were printed.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def texts() -> dict[str, str]:
     for f in repo_files():
         p = REPO / f
         if f.endswith(".md"):
-            raw_dir = f.startswith(("bench/results/", "bench/runs/"))
+            raw_dir = f.startswith("bench/runs/")
             if raw_dir and Path(f).name not in ("INDEX.md", "RUN.md"):
                 continue
             out[f] = p.read_text()
@@ -97,8 +97,9 @@ def code_targets(cited: str) -> list[str]:
 
 
 def archived_entries() -> set[str]:
-    """Result folders archived out of the tree (bench/results/INDEX.md): cited as they were, restorable from git."""
-    index = REPO / "bench" / "results" / "INDEX.md"
+    """Run folders archived out of the tree (bench/runs/INDEX.md), cited by the path they had in the commit that
+    holds them (bench/results/ then): restorable from git."""
+    index = REPO / "bench" / "runs" / "INDEX.md"
     text = index.read_text().partition("## Archived")[2] if index.exists() else ""
     return {f"bench/results/{name.rstrip('/')}" for name in re.findall(r"^\| `([^`]+)` \|", text, re.M)}
 

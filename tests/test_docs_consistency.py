@@ -1,11 +1,11 @@
 """The repository's documents agree with the tree they describe (no GPU, no network).
 
-* bench/results/INDEX.md lists every raw output with its date and the section that cites it.
+* bench/runs/INDEX.md lists every raw output with its date and the section that cites it.
 * ARCHITECTURE.md's layout names every top-level directory and every module of the code directories, and
   nothing that is gone.
 * Measured numbers live in BENCHMARKS.md only (with date and raw output): README.md, docs/ and the patch headers
   cite its sections. The design notes (bench/notes/) are exempt: they are the record of probes, predictions
-  and rejected variants, each table naming its raw file in bench/results, and they cite BENCHMARKS.md for what
+  and rejected variants, each table naming its raw file in bench/runs, and they cite BENCHMARKS.md for what
   shipped.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.saved_results import ARCHIVED_SUMS, index_parts
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "bench" / "runs"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Directories whose every module ARCHITECTURE.md's layout describes, one line each.
 CODE_DIRS = ("patchkit", "serving", "harness", "bench", "overlay")
@@ -69,7 +69,7 @@ def section(text: str, anchor: str) -> str | None:
 def results_index(archived: bool = False) -> dict[str, list[str]]:
     """INDEX.md's entries in the tree, or (archived=True) those archived out of it (tests/saved_results.py)."""
     rows = markdown_rows(index_parts()[1 if archived else 0])
-    assert rows or archived, "bench/results/INDEX.md has no table"
+    assert rows or archived, "bench/runs/INDEX.md has no table"
     return {r[0].strip("`"): r for r in rows}
 
 
@@ -77,27 +77,27 @@ def test_results_index_lists_exactly_what_is_there():
     present = {p.name + ("/" if p.is_dir() else "") for p in RESULTS.iterdir()
                if p.name not in ("INDEX.md", ARCHIVED_SUMS.name)}
     back = present & set(results_index(archived=True))
-    assert not back, f"bench/results/INDEX.md: expected archived {sorted(back)} out of the tree, found it there"
+    assert not back, f"bench/runs/INDEX.md: expected archived {sorted(back)} out of the tree, found it there"
     listed = set(results_index())
-    assert not present - listed, f"bench/results/INDEX.md: expected an entry for {sorted(present - listed)}, found none"
-    assert not listed - present, f"bench/results/INDEX.md: lists {sorted(listed - present)}, found no such file"
+    assert not present - listed, f"bench/runs/INDEX.md: expected an entry for {sorted(present - listed)}, found none"
+    assert not listed - present, f"bench/runs/INDEX.md: lists {sorted(listed - present)}, found no such file"
 
 
 def test_results_index_dates_and_citations_hold():
     for name, (_, date, produced_by, cited_in, *_rest) in {**results_index(), **results_index(archived=True)}.items():
         assert DATE.fullmatch(date) and name.startswith(date), \
-            f"bench/results/INDEX.md: {name}: expected a name starting with its date, found date {date!r}"
-        assert produced_by, f"bench/results/INDEX.md: {name}: says nothing of what produced it"
+            f"bench/runs/INDEX.md: {name}: expected a name starting with its date, found date {date!r}"
+        assert produced_by, f"bench/runs/INDEX.md: {name}: says nothing of what produced it"
         stem = name.rstrip("/").split(".")[0]
         refs = [r.strip() for r in cited_in.split(",") if r.strip()]
-        assert refs, f"bench/results/INDEX.md: {name}: cited nowhere"
+        assert refs, f"bench/runs/INDEX.md: {name}: cited nowhere"
         for ref in refs:
             doc, _, anchor = ref.partition("#")
-            assert (REPO / doc).is_file(), f"bench/results/INDEX.md: {name}: expected {doc} to exist, found none"
+            assert (REPO / doc).is_file(), f"bench/runs/INDEX.md: {name}: expected {doc} to exist, found none"
             text = (REPO / doc).read_text()
             part = section(text, anchor) if anchor else text
-            assert part is not None, f"bench/results/INDEX.md: {name}: expected a section #{anchor} in {doc}, found none"
-            assert stem in part, f"bench/results/INDEX.md: {name}: {ref} does not mention it"
+            assert part is not None, f"bench/runs/INDEX.md: {name}: expected a section #{anchor} in {doc}, found none"
+            assert stem in part, f"bench/runs/INDEX.md: {name}: {ref} does not mention it"
 
 
 def repo_files() -> list[str]:

@@ -441,7 +441,7 @@ def test_no_exported_file_cites_this_repository(checkouts, tmp_path):
     name, up, patch = next((n, u, p) for n, u, p in all_patches(REPO) if n == "sglang" and p.overlay
                            and exportable(p) and not needs_force(p) and not p.trailer("Depends-On"))
     overlay = f"overlay/{line}/{patch.overlay[0]}"
-    copy = _edited_copy(tmp_path, overlay, lambda t: t + "\n# measured by bench/results/run.txt\n")
+    copy = _edited_copy(tmp_path, overlay, lambda t: t + "\n# measured by bench/runs/run.txt\n")
     proc = cli(copy, "export-pr", f"{name}/{patch.name}", "--repo", str(checkouts[name]))
     lines = (copy / overlay).read_text().count("\n")
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr + proc.stdout

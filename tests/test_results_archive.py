@@ -1,4 +1,4 @@
-"""Raw results archived out of the working tree (bench/results/INDEX.md, "Archived") stay recorded and verifiable:
+"""Raw results archived out of the working tree (bench/runs/INDEX.md, "Archived") stay recorded and verifiable:
 the commit INDEX.md names holds exactly the files ARCHIVED.sha256 lists for each archived entry, with those hashes.
 
 Needs the repository's history (a full clone, as CI's); a shallow clone fails here with what to do.
@@ -13,6 +13,8 @@ from pathlib import Path
 from tests.saved_results import ARCHIVED_SUMS, RESULTS, index_parts
 
 REPO = RESULTS.parents[1]
+# Where the archived entries lived in the commit that holds them (the run folders were bench/results/ then).
+ARCHIVED_AT = "bench/results"
 
 
 def git(*args: str, data: bytes | None = None) -> bytes:
@@ -22,18 +24,18 @@ def git(*args: str, data: bytes | None = None) -> bytes:
 def recorded_sums() -> dict[str, str]:
     sums = {}
     for n, line in enumerate(ARCHIVED_SUMS.read_text().splitlines(), 1):
-        m = re.fullmatch(r"([0-9a-f]{64})  (bench/results/\S+)", line)
-        assert m, f"{ARCHIVED_SUMS.name}:{n}: expected '<sha256>  bench/results/<path>', found {line!r}"
+        m = re.fullmatch(rf"([0-9a-f]{{64}})  ({ARCHIVED_AT}/\S+)", line)
+        assert m, f"{ARCHIVED_SUMS.name}:{n}: expected '<sha256>  {ARCHIVED_AT}/<path>', found {line!r}"
         sums[m.group(2)] = m.group(1)
     return sums
 
 
 def archive_commit() -> str:
-    found = set(re.findall(r"git archive ([0-9a-f]{7,40}) bench/results/", index_parts()[1]))
-    assert len(found) == 1, f"bench/results/INDEX.md: expected one commit in the archive's restore command, found {found}"
+    found = set(re.findall(rf"git archive ([0-9a-f]{{7,40}}) {ARCHIVED_AT}/", index_parts()[1]))
+    assert len(found) == 1, f"bench/runs/INDEX.md: expected one commit in the archive's restore command, found {found}"
     commit = found.pop()
     probe = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
-    assert probe.returncode == 0, (f"expected commit {commit} (bench/results/INDEX.md, Archived) in this clone's history, "
+    assert probe.returncode == 0, (f"expected commit {commit} (bench/runs/INDEX.md, Archived) in this clone's history, "
                                    "found none: a shallow clone? git fetch --unshallow")
     return commit
 
@@ -54,15 +56,15 @@ def blobs_sha256(commit: str, paths: list[str]) -> dict[str, str]:
 
 def test_archived_entries_are_in_git_exactly_as_their_sums_record():
     archived = [name.rstrip("/") for name in re.findall(r"^\| `([^`]+)` \|", index_parts()[1], re.M)]
-    assert archived, "bench/results/INDEX.md: expected the Archived table, found no entry"
+    assert archived, "bench/runs/INDEX.md: expected the Archived table, found no entry"
     sums = recorded_sums()
-    by_entry = {name: sorted(p for p in sums if p.startswith(f"bench/results/{name}/")) for name in archived}
+    by_entry = {name: sorted(p for p in sums if p.startswith(f"{ARCHIVED_AT}/{name}/")) for name in archived}
     assert all(by_entry.values()), f"{ARCHIVED_SUMS.name}: expected files for every archived entry, found none for " \
                                    f"{[n for n, files in by_entry.items() if not files]}"
     assert sorted(sums) == sorted(p for files in by_entry.values() for p in files), \
         f"{ARCHIVED_SUMS.name}: expected only files of archived entries, found others"
     commit = archive_commit()
-    in_git = git("ls-tree", "-r", "--name-only", commit, "--", *[f"bench/results/{n}" for n in archived]).decode().split()
+    in_git = git("ls-tree", "-r", "--name-only", commit, "--", *[f"{ARCHIVED_AT}/{n}" for n in archived]).decode().split()
     assert sorted(in_git) == sorted(sums), f"{commit}: expected exactly the files {ARCHIVED_SUMS.name} lists, found " \
                                            f"{sorted(set(in_git) ^ set(sums))[:3]} differing"
     found = blobs_sha256(commit, sorted(sums))
