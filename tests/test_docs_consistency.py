@@ -219,3 +219,33 @@ def test_docs_holds_the_guides_the_readme_links():
     readme = (REPO / "README.md").read_text()
     unlinked = sorted(p.name for p in (REPO / "docs").glob("*.md") if f"](docs/{p.name}" not in readme)
     assert not unlinked, f"docs/: expected only guides the README links to, found {unlinked} unlinked"
+
+
+def test_every_run_folder_holds_its_record():
+    """Each run folder keeps its RUN.md beside the raw output: the run named as its folder, and its command."""
+    command = re.compile(r"```|`[^`]*(?:\b(?:python3?|pytest|make|ncu|nvidia-smi|cuda-gdb)\b|\.py\b)[^`]*`")
+    for run in sorted(p for p in RESULTS.iterdir() if p.is_dir()):
+        record = run / "RUN.md"
+        assert record.is_file(), f"bench/runs/{run.name}: expected a RUN.md beside the raw output, found none"
+        text = record.read_text()
+        assert text.startswith(f"# {run.name}\n"), f"bench/runs/{run.name}/RUN.md: expected '# {run.name}' first"
+        assert command.search(text), f"bench/runs/{run.name}/RUN.md: expected the command that ran, found none"
+
+
+def test_benchmarks_holds_the_current_evidence_each_claim_linking_its_run():
+    """BENCHMARKS.md is the current evidence, not the lab notebook: short, and every claim's section ends on the
+    run it comes from (the run's RUN.md holds the rest: every row, the discussion, the earlier runs)."""
+    text = (REPO / "BENCHMARKS.md").read_text()
+    assert len(text.splitlines()) <= 500, f"BENCHMARKS.md: expected at most 500 lines, found {len(text.splitlines())}"
+    headings = [m.group(2) for m in re.finditer(r"^(#{2,3}) (.*)$", text, re.M)]
+    assert headings, "BENCHMARKS.md: expected a section per claim, found none"
+    for heading in headings:
+        part = section(text, slug(heading.replace("`", "")))
+        sub = re.search(r"^###? ", part.split("\n", 1)[1], re.M) if "\n" in part else None
+        own = part if sub is None else part.split("\n", 1)[0] + "\n" + part.split("\n", 1)[1][:sub.start()]
+        runs = re.findall(r"\]\(bench/runs/([\w-]+)/RUN\.md\)", own)
+        if heading == "MMA sparse decode":     # the parent of P1's runs: each subsection links its own
+            continue
+        assert runs, f"BENCHMARKS.md: section {heading!r}: expected a link to its run's RUN.md, found none"
+        for run in runs:
+            assert (RESULTS / run / "RUN.md").is_file(), f"BENCHMARKS.md: {heading!r} links bench/runs/{run}, none there"
