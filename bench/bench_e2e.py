@@ -54,8 +54,8 @@ from pathlib import Path
 
 from bench.command import command_line
 from serving import serve_cmd, smoke, tiny_model
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 SERVED_NAME = "dsv4-flash-shaped"
 DEFAULT_OUT = REPO / "build" / "bench-e2e"

@@ -24,28 +24,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
 import zipfile
 from pathlib import Path
 
 import torch
-import triton
 
-from bench.command import command_line
+from bench.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
+                                  make_pool, print_header, reference_f64, rel_err)
+from harness.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
-ROTATE = 8
-BYTES_PER_TOKEN = 584
-SCALE = 512 ** -0.5
-
-
-def page_bytes(p: int) -> int:
-    return -(-p * 584 // 576) * 576
 
 
 def load_upstream():
@@ -69,115 +62,6 @@ def load_flashmla():
         return flash_mla_with_kvcache, get_mla_metadata, None
     except Exception as exc:  # report why, keep benchmarking the rest
         return None, None, f"{type(exc).__name__}: {exc}"[:200]
-
-
-def make_pool(num_pages: int, p: int, gen) -> torch.Tensor:
-    """Random FP8 pool in the DSv4 layout (finite fp8 codes, 2^-7 scales, bf16 rope)."""
-    pool = torch.randint(0, 256, (num_pages, page_bytes(p)), dtype=torch.uint8, device="cuda", generator=gen)
-    pool[(pool & 0x7F) == 0x7F] = 0  # e4m3fn NaN codes
-    body = pool[:, : p * 576].view(num_pages, p, 576)
-    rope = torch.randn(num_pages, p, 64, device="cuda", generator=gen).to(torch.bfloat16)
-    body[..., 448:] = rope.view(torch.uint8)
-    pool[:, p * 576 : p * 584] = 120
-    return pool
-
-
-def kv_view(pool: torch.Tensor, p: int) -> torch.Tensor:
-    return pool.view(torch.float8_e4m3fn)[:, : p * 584].view(pool.shape[0], p, 1, 584)
-
-
-class Shape:
-    def __init__(self, B, H, topk, extra_topk, page=256, extra_page=64):
-        self.B, self.H, self.topk, self.extra_topk = B, H, topk, extra_topk
-        self.page, self.extra_page = page, extra_page
-
-    @property
-    def name(self):
-        kind = f"win{self.topk}+ex{self.extra_topk}" if self.extra_topk else f"topk{self.topk}"
-        return f"H{self.H}/B{self.B}/{kind}"
-
-    def kv_bytes(self):
-        return self.B * (self.topk + self.extra_topk) * BYTES_PER_TOKEN
-
-
-class Inputs:
-    """ROTATE input sets over shared pools; every index valid and every length full."""
-
-    def __init__(self, shape: Shape, pools, gen):
-        s = shape
-        self.shape = shape
-        (self.pool, self.extra_pool) = pools
-        self.k_cache = kv_view(self.pool, s.page)
-        self.extra_k_cache = kv_view(self.extra_pool, s.extra_page) if s.extra_topk else None
-        n_main = self.pool.shape[0] * s.page
-        n_extra = self.extra_pool.shape[0] * s.extra_page
-        self.sets = []
-        for _ in range(ROTATE):
-            d = {
-                "q": torch.randn(s.B, 1, s.H, 512, device="cuda", generator=gen).to(torch.bfloat16),
-                "indices": torch.randint(0, n_main, (s.B, 1, s.topk), device="cuda", generator=gen, dtype=torch.int32),
-                "topk_length": torch.full((s.B,), s.topk, device="cuda", dtype=torch.int32),
-                "extra_indices": None, "extra_topk_length": None,
-            }
-            if s.extra_topk:
-                d["extra_indices"] = torch.randint(0, n_extra, (s.B, 1, s.extra_topk), device="cuda", generator=gen, dtype=torch.int32)
-                d["extra_topk_length"] = torch.full((s.B,), s.extra_topk, device="cuda", dtype=torch.int32)
-            self.sets.append(d)
-        self.sink = torch.randn(s.H, device="cuda", generator=gen)
-
-    def args(self, i):
-        d = self.sets[i]
-        return (d["q"], self.k_cache, d["indices"], d["topk_length"], self.sink, 512, SCALE,
-                self.extra_k_cache, d["extra_indices"], d["extra_topk_length"])
-
-
-def graph_time_us(calls, replays=20) -> float:
-    """Per-call time of `calls` (one per input set) captured in one graph and replayed."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / (replays * len(calls)))
-    del g
-    return sorted(times)[1]
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy, bytes read + written per second (4 GiB buffers)."""
-    n = 1 << 32
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    b.copy_(a)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        b.copy_(a)
-    end.record()
-    end.synchronize()
-    sec = start.elapsed_time(end) / 1e3 / 10
-    del a, b
-    return 2 * n / sec
-
-
-def print_header() -> None:
-    """The command, GPU and versions every decode bench prints first."""
-    print("command:", command_line())
-    print(f"gpu: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).multi_processor_count} SMs), "
-          f"torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}")
 
 
 def main() -> None:
@@ -232,7 +116,7 @@ def main() -> None:
         64: make_pool(32768, 64, gen),  # 1.2 GB
     }
     # The peer reads the 256-token pool as 64-token pages (a 2.4 GB copy made once, by SGLang's split).
-    peer_kv = peer.pages_of_64(kv_view(pools[256], 256)) if peer else None
+    peer_kv = peer.pages_of_64(kernel_view(pools[256], 256)) if peer else None
 
     heads = [int(h) for h in args.heads.split(",") if h]
     topk_heads = [int(h) for h in args.topk_heads.split(",") if h]
@@ -414,36 +298,6 @@ def config_spec(mma, spec: str):
     per SM (99 KB)."""
     name, _, pad_kb = spec.partition("@")
     return tuple(mma.GLUON_CONFIGS[name]["launch"]) + (int(pad_kb) * 1024,) if pad_kb else name
-
-
-def reference_f64(inp: "Inputs", i: int) -> torch.Tensor:
-    """float64 output [B, 1, H, 512] of input set i, from the pool bytes (every index valid, full
-    lengths): the error columns are measured against it, sink included."""
-    q, _, idx, _, sink, _, scale, _, eidx, _ = inp.args(i)
-    s = inp.shape
-
-    def gather(pool, p, ind):
-        ind = ind.reshape(s.B, -1).long()
-        page, off = ind // p, ind % p
-        flat = pool.reshape(-1)
-        body = flat[(page * pool.shape[1] + off * 576)[..., None] + torch.arange(576, device=pool.device)]
-        nope = body[..., :448].contiguous().view(torch.float8_e4m3fn).double()
-        rope = body[..., 448:].contiguous().view(torch.bfloat16).double()
-        exps = flat[(page * pool.shape[1] + p * 576 + off * 8)[..., None] + torch.arange(7, device=pool.device)]
-        nope = (nope.view(*nope.shape[:-1], 7, 64) * torch.pow(2.0, exps.double() - 127.0)[..., None]).flatten(-2)
-        return torch.cat([nope, rope], -1)
-
-    kv = gather(inp.pool, s.page, idx)
-    if s.extra_topk:
-        kv = torch.cat([kv, gather(inp.extra_pool, s.extra_page, eidx)], 1)
-    scores = torch.einsum("bhd,btd->bht", q[:, 0].double(), kv) * scale
-    lse = torch.logaddexp(torch.logsumexp(scores, -1), sink.double()[None, :])
-    return torch.einsum("bht,btd->bhd", torch.exp(scores - lse[..., None]), kv)[:, None]
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| over the whole output."""
-    return ((out.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
 
 
 def print_config_table(rows, names, experiments=(), sms=()):

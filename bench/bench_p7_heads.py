@@ -21,8 +21,8 @@ import torch
 
 from bench import bench_mma_decode as B  # pools, inputs, graph timing
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PADDED = 64
 
 

@@ -25,8 +25,8 @@ import zipfile
 from pathlib import Path
 
 from bench.carry import MIB, PAYLOAD, CarryError, file_sha256, install, pack
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 # What a kernel launch never loads, with why. Every rule must match something in the wheel (a rule that
 # matches nothing means the release moved a file, and the payload would silently carry it).

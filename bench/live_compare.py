@@ -54,7 +54,6 @@ from bench import server_pool
 from bench.command import command_line
 from serving import emulate_sm120, serve_cmd, shadow_decode, smoke
 
-REPO = Path(__file__).resolve().parents[1]
 SPARSE = "SGLANG_SM120_SPARSE_DECODE"
 DUMMY = {emulate_sm120.DUMMY_INIT_ENV: "scaled"}
 SHADOW = {emulate_sm120.SHADOW_ENV: "1"}

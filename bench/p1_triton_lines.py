@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from bench.command import command_line
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 LOG = "bench_mma_decode.txt"
 PEER_SMS = (132, 188)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "runs"
 # What BENCHMARKS.md shows: (raw output, picture).
 DEFAULTS = {

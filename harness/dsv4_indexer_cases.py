@@ -317,7 +317,7 @@ def upstream_trees(pristine: str | None = None, patched: str | None = None) -> t
     import shutil
     import tempfile
 
-    repo = Path(__file__).resolve().parents[1]
+    from serving import REPO as repo
     from patchkit.engine import Engine
     from patchkit.fetch import fetch
     from patchkit.lockfile import load_lock

@@ -1,7 +1,7 @@
 """Random DeepSeek-V4 sparse-decode inputs in the real FP8 page layout, and a float64 reference.
 
-Shared by tests/test_mma_decode.py, tests/gpu/test_mma_decode_gpu.py, tests/p7_heads_cases.py (the P7 tests) and the
-0.5.23 line's P1 tests (tests/line_0_5_23/).
+Shared by the decode tests (tests/test_mma_decode.py, tests/gpu/, the unpadded-heads cases, the 0.5.23 line's
+tests) and the decode benches (bench/decode_timing.py): one page layout, one float64 reference.
 Layout (DeepSeekV4SingleKVPool): a page of P tokens is ceil(P*584/576)*576 bytes; token t's
 448 fp8-e4m3 values at t*576, its 64 bf16 rope values at t*576+448, its 7 UE8M0 scale bytes
 at P*576 + t*8. The decode backend hands kernels a [pages, P, 1, 584] view of the 2-D pool.
@@ -44,18 +44,35 @@ def kernel_view(pool: torch.Tensor, page_size: int) -> torch.Tensor:
     return pool.view(torch.float8_e4m3fn)[:, : page_size * 584].view(pool.shape[0], page_size, 1, 584)
 
 
-def dequant_pool(pool: torch.Tensor, page_size: int) -> torch.Tensor:
-    """Every token of the pool as float64 [num_pages*P, 512] (independent of the kernels)."""
-    pool = pool.cpu()
-    pages = pool.shape[0]
-    body = pool[:, : page_size * TOKEN_STRIDE].reshape(pages * page_size, TOKEN_STRIDE)
-    nope = body[:, :NOPE].contiguous().view(torch.float8_e4m3fn).double()
-    rope = body[:, NOPE:].contiguous().view(torch.bfloat16).double()
-    foot = pool[:, page_size * TOKEN_STRIDE : page_size * (TOKEN_STRIDE + SCALE_STRIDE)]
-    exps = foot.reshape(pages * page_size, SCALE_STRIDE)[:, :7].double()
-    scale = torch.pow(2.0, exps - 127.0)
-    nope = (nope.view(-1, 7, 64) * scale[:, :, None]).view(-1, NOPE)
-    return torch.cat([nope, rope], dim=1)
+def tokens_f64(pool: torch.Tensor, page_size: int, tokens: torch.Tensor) -> torch.Tensor:
+    """Tokens of a 2-D pool (flat ids page * P + offset, any shape) as float64 [..., 512], on the pool's device;
+    read from the bytes, independent of the kernels. Only the tokens asked for are read (a bench's pool is GBs)."""
+    tokens = tokens.long()
+    page, off = tokens // page_size, tokens % page_size
+    flat, row = pool.reshape(-1), pool.shape[1]
+    body = flat[(page * row + off * TOKEN_STRIDE)[..., None] + torch.arange(TOKEN_STRIDE, device=pool.device)]
+    nope = body[..., :NOPE].contiguous().view(torch.float8_e4m3fn).double()
+    rope = body[..., NOPE:].contiguous().view(torch.bfloat16).double()
+    exps = flat[(page * row + page_size * TOKEN_STRIDE + off * SCALE_STRIDE)[..., None]
+                + torch.arange(7, device=pool.device)]
+    nope = (nope.view(*nope.shape[:-1], 7, 64) * torch.pow(2.0, exps.double() - 127.0)[..., None]).flatten(-2)
+    return torch.cat([nope, rope], dim=-1)
+
+
+def attention_f64(q: torch.Tensor, kv: torch.Tensor, valid: torch.Tensor, scale: float,
+                  sink: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 attention (out [B,H,512], lse [B,H]) of q [B,H,512] over kv [B,T,512] where `valid` [B,T], with the
+    sink in the softmax's denominator; a row with no valid token (and no finite lse) reads 0."""
+    B, H = q.shape[:2]
+    scores = torch.einsum("bhd,btd->bht", q, kv) * scale
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, -1)
+    if sink is not None:
+        lse = torch.logaddexp(lse, sink.double()[None, :])
+    has = valid.any(1)[:, None].expand(B, H) & torch.isfinite(lse)
+    w = torch.exp(scores - torch.where(has, lse, torch.zeros_like(lse))[..., None])
+    w = torch.where(has[..., None], w, torch.zeros_like(w))
+    return torch.einsum("bht,btd->bhd", w, kv), lse
 
 
 @dataclass
@@ -160,30 +177,21 @@ def make_case(
 def reference_f64(case: Case):
     """Float64 attention over the valid tokens of both caches with the sink: (out, lse)."""
     q = case.q.cpu().double()[:, 0]  # [B,H,512]
-    B, H, _ = q.shape
+    B = q.shape[0]
 
     def gather(pool, ps, indices, lengths):
-        kv = dequant_pool(pool, ps)
         idx = indices.cpu().reshape(B, -1).long()
         valid = idx >= 0
         if lengths is not None:
             pos = torch.arange(idx.shape[1])[None, :]
             valid &= pos < lengths.cpu().long()[:, None]
-        return kv[idx.clamp(min=0)], valid
+        return tokens_f64(pool.cpu(), ps, idx.clamp(min=0)), valid
 
     kv, valid = gather(case.pool, case.page_size, case.indices, case.topk_length)
     if case.extra_pool is not None:
         kv2, valid2 = gather(case.extra_pool, case.extra_page_size, case.extra_indices, case.extra_topk_length)
         kv, valid = torch.cat([kv, kv2], 1), torch.cat([valid, valid2], 1)
-    scores = torch.einsum("bhd,btd->bht", q, kv) * case.softmax_scale
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, -1)  # [B,H]
-    if case.sink is not None:
-        lse = torch.logaddexp(lse, case.sink.cpu().double()[None, :])
-    has = valid.any(1)[:, None].expand(B, H) & torch.isfinite(lse)
-    w = torch.exp(scores - torch.where(has, lse, torch.zeros_like(lse))[..., None])
-    w = torch.where(has[..., None], w, torch.zeros_like(w))
-    out = torch.einsum("bht,btd->bhd", w, kv)
+    out, lse = attention_f64(q, kv, valid, case.softmax_scale, None if case.sink is None else case.sink.cpu())
     return out[:, None], lse[..., None]
 
 

@@ -53,15 +53,14 @@ from patchkit.lockfile import load_lock
 from patchkit.names import canonical_name
 from patchkit.report import printable_streams
 
-from . import bundle_rezip, bundle_slim
+from . import REPO, bundle_rezip, bundle_slim
+from .bundle_closure import REQUIREMENTS, closure_runtime, read_requirements
 from .bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
                                      write_manifest, write_payload)
 
-REPO = Path(__file__).resolve().parents[1]
 
 TREES = ("pinned", "patched")
-REQUIREMENTS = REPO / "serving" / "bundle_requirements.txt"
 STUBS = REPO / "serving" / "bundle_stubs"
 DEFAULT_OUT = REPO / "build" / "bundle"
 DOWNLOADS = REPO / "build" / "bundle-downloads"
@@ -108,21 +107,6 @@ def env_lines(site_root: Path, tree: str) -> list[str]:
 
 
 # ---- build -------------------------------------------------------------------------------------------------------
-def read_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str, str]]:
-    """[(name, version, why)] from lines 'name==version  # why'."""
-    reqs = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        spec, _, why = line.partition("#")
-        spec = spec.strip()
-        if not spec:
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", spec)
-        if not m or not why.strip():
-            raise BundleError(f"{path}:{n}: expected 'name==version  # why', found {line.strip()!r}")
-        reqs.append((m.group(1), m.group(2), why.strip()))
-    return reqs
-
-
 def find_wheel(folder: Path, name: str, version: str) -> Path:
     found = [p for p in sorted(Path(folder).glob("*.whl"))
              if canonical_name(p.name.split("-")[0]) == canonical_name(name) and p.name.split("-")[1] == version]
@@ -139,14 +123,6 @@ def pip_download(requirements: Path, dest: Path, python_version: str) -> None:
             *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(dest), "-r", str(requirements)]
     say(f"downloading the wheel closure into {dest} (pip download, your pip configuration)")
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-
-
-def closure_runtime(path: Path = REQUIREMENTS) -> tuple[str, str]:
-    """(torch, triton) the closure is written for: its '# runtime: torch==X triton==Y' line."""
-    m = re.search(r"^# runtime: torch==(\S+) triton==(\S+)", path.read_text(), re.M)
-    if not m:
-        raise BundleError(f"{path.name}: expected a '# runtime: torch==X triton==Y' line, found none")
-    return m.group(1), m.group(2)
 
 
 def bundle_line(line: str | None, path: Path = REQUIREMENTS) -> str:

@@ -20,8 +20,8 @@ from patchkit import PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import load_lock
 from patchkit.report import printable_streams
+from . import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CPU_TEST_REQUIREMENTS = REPO / "serving" / "requirements-cpu-test.txt"
 
 

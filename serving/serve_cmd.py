@@ -25,8 +25,8 @@ from pathlib import Path
 from patchkit.report import printable_streams
 
 from . import tiny_model
+from . import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 DEFAULT_PORT = 30000
 DEFAULT_CONTEXT = 65536          # real model: the indexer's CUDA-graph work scales with this

@@ -148,3 +148,25 @@ def test_a_same_named_file_moved_between_lines_is_compared_too(tmp_path):
     (tmp_path / "overlay" / "copies.toml").write_text('[[differs]]\na = "overlay/0.5.14/pkg/a/k.py"\n')
     with pytest.raises(PatchkitError, match=r"\[\[differs\]\] #1: expected a, b and reason"):
         copies_problems(tmp_path, ["0.5.14", "0.5.23"])
+
+
+def test_the_upstream_tests_of_one_upstream_are_copies_across_lines_too(tmp_path):
+    """An upstream-style test two lines' PRs carry (same upstream, same name) agrees byte for byte or says why not;
+    another upstream's test of the same name is not its copy."""
+    for line, body in (("0.5.14", "from pkg.a import k\n"), ("0.5.23", "from pkg.b import k\n")):
+        tests = tmp_path / "patches" / line / "sglang" / "upstream-tests"
+        tests.mkdir(parents=True)
+        (tests / "test_k.py").write_text(body)
+        other = tmp_path / "patches" / line / "flashinfer" / "upstream-tests"
+        other.mkdir(parents=True)
+        (other / "test_k.py").write_text(line)
+    (tmp_path / "patches" / "0.5.23" / "flashinfer" / "upstream-tests" / "test_k.py").write_text("0.5.14")
+    problems = copies_problems(tmp_path, ["0.5.14", "0.5.23"])
+    assert problems == ["patches/0.5.14/sglang/upstream-tests/test_k.py and patches/0.5.23/sglang/upstream-tests/"
+                        "test_k.py: expected the copies byte-identical or a [[differs]] entry in overlay/copies.toml "
+                        "saying why, found them different"], problems
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "copies.toml").write_text(
+        '[[differs]]\na = "patches/0.5.14/sglang/upstream-tests/test_k.py"\n'
+        'b = "patches/0.5.23/sglang/upstream-tests/test_k.py"\nreason = "the module moved"\n')
+    assert copies_problems(tmp_path, ["0.5.14", "0.5.23"]) == []

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from harness.upstream import load_kernel, load_module, release_custom_op
-from tests.mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64
+from harness.mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64
 
 REPO = Path(__file__).resolve().parents[1]
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"

@@ -12,7 +12,7 @@ import torch
 
 from harness.upstream import load_module, tree_package
 from serving import emulate_sm120, shadow_decode
-from tests.mma_decode_cases import make_case
+from harness.mma_decode_cases import make_case
 
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
 ENTRY = "flash_mla_with_kvcache_sm120"

@@ -27,8 +27,8 @@ from pathlib import Path
 # AOT test uses them.
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SHIPPED_PATH = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 
 # SASS opcode (before the first '.') -> column of the table.

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 import triton
@@ -44,8 +43,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mbarrier, mma_v2
 
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 _m = load_kernel(OVERLAY, "flash_mla_sm120_mma_ws")
 
@@ -557,7 +556,7 @@ def aot_rows(archs=(120, 90), names=None, cache_variants=None) -> list[dict]:
 def bench(configs, heads=(8, 16), batches=(16, 64, 128)) -> list[dict]:
     """H200: WS configs next to the shipped g32dqq, same method as bench/bench_mma_decode.py (CUDA-graph
     replay over ROTATE input sets, shared pools, error vs its float64 reference)."""
-    from bench import bench_mma_decode as bm
+    from bench import decode_timing as bm
 
     bm.print_header()   # command, GPU, versions, as every decode bench
     gen = torch.Generator(device="cuda").manual_seed(0)

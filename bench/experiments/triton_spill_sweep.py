@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 KERNEL = REPO / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
 SHAPES = ((16, 16), (16, 32), (16, 64), (32, 16), (32, 32))
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tests.line_0_5_23 import p1_tree as T
-from tests.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
+from harness.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
