@@ -7,7 +7,7 @@ tree, and on deliberately broken kernels, with weights under which attention mat
     python3 -m bench.live_compare --report DIR        # the tables again from DIR's JSON files (writes nothing)
 
 Every server runs the tiny DSv4 (serving/tiny_model.py: the real attention geometry) from the bundle with
-CUDA graphs on and OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py; the same weights in every server).
+CUDA graphs on and OVERLAY_DUMMY_INIT=scaled (serving/test_hooks/dummy_init.py; the same weights in every server).
 Variants (bench/server_pool.py starts them side by side, then each is asked in turn):
 
     pinned      the pinned tree (its decode kernel is the per-head `triton` one)
@@ -20,7 +20,7 @@ Variants (bench/server_pool.py starts them side by side, then each is asked in t
 
 Two checks, both from the same servers (every one runs with OVERLAY_TEST_SHADOW_DECODE=1):
 
-    kernel check  serving/shadow_decode.py compares every dispatcher call (prefill, warm-up and CUDA-graph
+    kernel check  serving/test_hooks/shadow_decode.py compares every dispatcher call (prefill, warm-up and CUDA-graph
                   replays) with the tree's PyTorch reference on the same inputs; each server logs its largest
                   row error. Tolerance: SAFETY x the `triton` server's (the pinned kernel), at least
                   SHADOW_FLOOR. pinned, mma and torch must stay within it; the three broken kernels must not.
@@ -52,7 +52,8 @@ from bench import bench_e2e
 from bench import logprob_compare as lc
 from bench import server_pool
 from bench.command import command_line
-from serving import emulate_sm120, serve_cmd, shadow_decode, smoke
+from serving import serve_cmd, smoke
+from serving.test_hooks import emulate_sm120, shadow_decode
 
 SPARSE = "SGLANG_SM120_SPARSE_DECODE"
 DUMMY = {emulate_sm120.DUMMY_INIT_ENV: "scaled"}

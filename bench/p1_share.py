@@ -8,7 +8,7 @@ per-head kernel) vs mma (P1), on DeepSeek-V4-Flash-shaped layers, CUDA graphs on
     python3 -m bench.p1_share --report DIR      # the table again from DIR's JSON files (writes nothing)
 
 Model and weights: bench/bench_e2e.py's Flash-shaped config (--layers layers, the real per-layer geometry),
-OVERLAY_DUMMY_INIT=scaled (serving/dummy_init.py: routed experts spread the way real weights spread them).
+OVERLAY_DUMMY_INIT=scaled (serving/test_hooks/dummy_init.py: routed experts spread the way real weights spread them).
 The prompt of 4096 tokens fills the c4 layers' top-512 and the 128-token window, so each decode token's
 attention work is at the ceiling it keeps at any longer context. Each server runs alone on the GPU
 (bench/server_pool.py, each_alone: idle neighbours slowed the fast server's steps). Per concurrency: the
@@ -45,7 +45,8 @@ from pathlib import Path
 
 from bench import bench_e2e, server_pool, trace_summary
 from bench.command import command_line
-from serving import emulate_sm120, serve_cmd, smoke
+from serving import serve_cmd, smoke
+from serving.test_hooks import emulate_sm120
 
 SPARSE = "SGLANG_SM120_SPARSE_DECODE"
 SKIP = "skip"

@@ -123,7 +123,7 @@ def each_alone(servers: list[Server], timeout: float, say, work) -> None:
 
 
 def dump_stacks(server: Server, settle: float = 3.0) -> None:
-    """Ask every process of a server that did not come up for its Python stacks (serving/boxhooks registers
+    """Ask every process of a server that did not come up for its Python stacks (serving/test_hooks/boxhooks registers
     SIGUSR2 with faulthandler), so its log says where it was stuck; then give them a moment to write."""
     import os
 

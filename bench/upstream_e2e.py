@@ -45,7 +45,8 @@ from pathlib import Path
 
 from bench import bench_e2e, server_pool
 from bench.command import command_line
-from serving import emulate_sm120, serve_cmd, smoke
+from serving import serve_cmd, smoke
+from serving.test_hooks import emulate_sm120
 
 # The release's client entry points (0.5.14 is the line whose server runs on the GPU box; 0.5.23 moved the
 # benchmark to sglang.benchmark.serving). tests/test_upstream_e2e.py checks them against [patch.reproduce].

@@ -10,7 +10,7 @@ The command is printed before it runs, so it can be copied and edited.
 python3/torch/triton instead of the .venv-sglang of `make install`: DIR is the bundle directory
 (installed on first use into build/bundle-site) or an already installed SITE_ROOT. --tree picks
 the patched tree (default) or the pinned baseline. The server then also gets the GPU-box harness:
-serving/boxhooks first on PYTHONPATH (OVERLAY_EMULATE_SM120=1 if set; hc_split_sinkhorn without
+serving/test_hooks/boxhooks first on PYTHONPATH (OVERLAY_EMULATE_SM120=1 if set; hc_split_sinkhorn without
 tilelang) and BOX_ENV, the upstream switches that route around tilelang and DeepGEMM.
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ BOX_ENV = {
 }
 # Several GPUs on one host: no NVLink multicast (NCCL's multicast setup fails on some hosts; harmless on one GPU).
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-HOOKS_DIR = Path(__file__).resolve().parent / "boxhooks"
+HOOKS_DIR = Path(__file__).resolve().parent / "test_hooks" / "boxhooks"
 DEFAULT_SITE = REPO / "build" / "bundle-site"
 TREES = ("pinned", "patched")
 

@@ -1,4 +1,4 @@
-"""The TEST-ONLY switches of serving/emulate_sm120.py for the live comparison's red runs and weights.
+"""The TEST-ONLY switches of serving/test_hooks/emulate_sm120.py for the live comparison's red runs and weights.
 
 OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split wraps the patched tree's real sm_120 dispatcher
 (flash_mla_sm120.flash_mla_with_kvcache_sm120, loaded from the tree; its torch backend runs on the CPU):
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.upstream import load_module, tree_package
-from serving import emulate_sm120
+from serving.test_hooks import emulate_sm120
 from harness.mma_decode_cases import make_case
 
 REPO = Path(__file__).resolve().parents[1]

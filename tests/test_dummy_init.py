@@ -1,4 +1,4 @@
-"""serving/dummy_init.py (OVERLAY_DUMMY_INIT=scaled): weights under which the tiny DSv4's attention matters.
+"""serving/test_hooks/dummy_init.py (OVERLAY_DUMMY_INIT=scaled): weights under which the tiny DSv4's attention matters.
 
 On the tiny model's config (serving/tiny_model.py) and its real tensor layout (tests/dsv4_tiny_forward.py),
 with the pinned tree's MHC-pre mixes: the residual streams stay O(1) through every layer, the logits are
@@ -15,7 +15,8 @@ import torch
 
 from harness.dsv4_indexer_cases import hc_pre_torch_impl
 from harness.upstream import extract_functions
-from serving import dummy_init, tiny_model
+from serving import tiny_model
+from serving.test_hooks import dummy_init
 from tests.dsv4_tiny_forward import forward, tiny_state
 
 WEIGHT_UTILS = "sglang/srt/model_loader/weight_utils.py"
@@ -194,7 +195,7 @@ def test_scaled_init_on_the_flash_shaped_layers(hc_pre):
 
 def test_fp8_activations_make_a_correct_kernels_rounding_as_loud_as_the_live_run(config, hc_pre):
     # Why the live logprob check cannot tell a correct kernel from a subtly broken one, and the live kernel check
-    # (serving/shadow_decode.py) exists: the server rounds every FP8 linear's input to e4m3, and a 2e-3 change of
+    # (serving/test_hooks/shadow_decode.py) exists: the server rounds every FP8 linear's input to e4m3, and a 2e-3 change of
     # the attention output flips some of those roundings by a whole FP8 step. Live, two correct kernels were 0.52-0.74
     # nats apart (BENCHMARKS.md, "Live logprob comparison", run 9); the plain fp32 forward moves 0.016.
     state = tiny_state(config)

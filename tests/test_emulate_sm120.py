@@ -1,4 +1,4 @@
-"""OVERLAY_EMULATE_SM120=1 (serving/emulate_sm120.py via serving/boxhooks/sitecustomize.py).
+"""OVERLAY_EMULATE_SM120=1 (serving/test_hooks/emulate_sm120.py via serving/test_hooks/boxhooks/sitecustomize.py).
 
 Against the real pinned and patched trees: the hook's module list covers every place the tree
 binds is_sm120_supported or an import-time flag computed from it (no sglang import needed), and,
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from serving import emulate_sm120
+from serving.test_hooks import emulate_sm120
 from tests.serve_env import import_pinned
 
 REPO = Path(__file__).resolve().parents[1]
-HOOKS = REPO / "serving" / "boxhooks"
+HOOKS = REPO / "serving" / "test_hooks" / "boxhooks"
 
 IMPORT_BINDING = re.compile(r"^(?:from\s+\S+\s+import\s+[^\n]*\bis_sm120_supported\b|\s+is_sm120_supported,\s*$)",
                             re.M)

@@ -1,4 +1,4 @@
-"""serving/hc_sinkhorn.py (the tilelang-free hc_split_sinkhorn of the GPU-box harness).
+"""serving/test_hooks/hc_sinkhorn.py (the tilelang-free hc_split_sinkhorn of the GPU-box harness).
 
 tilelang cannot run here, so the reference is a line-by-line transcription of the pinned TileLang
 kernel (sglang/srt/layers/mhc.py, hc_split_sinkhorn_kernel) into scalar Python on float32 values;
@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from harness.upstream import load_module  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-IMPL = REPO / "serving" / "hc_sinkhorn.py"
+IMPL = REPO / "serving" / "test_hooks" / "hc_sinkhorn.py"
 MHC = "sglang/srt/layers/mhc.py"
 ATOL, RTOL = 2e-6, 2e-5
 

@@ -171,7 +171,7 @@ def test_command_line_refuses_bad_input(capsys):
 
 
 def test_every_server_runs_the_kernel_check_and_only_the_broken_ones_are_broken():
-    from serving import emulate_sm120
+    from serving.test_hooks import emulate_sm120
 
     variants = {v.name: v for v in live_compare.server_variants(live_compare.parse_args([]))}
     assert set(variants) == set(live_compare.VARIANTS) == set(live_compare.SHADOW_ROLES)

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from bench import bench_e2e, p1_share
-from serving import emulate_sm120
+from serving.test_hooks import emulate_sm120
 
 
 def args(*argv):

@@ -1,4 +1,4 @@
-"""serving/shadow_decode.py (OVERLAY_TEST_SHADOW_DECODE=1) on the patched tree's real sm_120 dispatcher, on a CPU
+"""serving/test_hooks/shadow_decode.py (OVERLAY_TEST_SHADOW_DECODE=1) on the patched tree's real sm_120 dispatcher, on a CPU
 (its torch backend): a correct dispatcher reads error 0, every deliberate break of OVERLAY_TEST_BREAK_DECODE
 (wrapped inside the check, as the server stacks them) reads far above a correct kernel's rounding, a NaN
 output reads infinite, and the logged line is what bench/live_compare.py parses.
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.upstream import load_module, tree_package
-from serving import emulate_sm120, shadow_decode
+from serving.test_hooks import emulate_sm120, shadow_decode
 from harness.mma_decode_cases import make_case
 
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"

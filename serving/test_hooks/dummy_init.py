@@ -40,7 +40,7 @@ sum the MoE output does not depend on which experts are picked, so only the mode
 Every tensor gets its own generator seeded from its name (crc32) and SEED, on the tensor's device, so
 the pinned and the patched tree get identical weights on one GPU. It runs where sglang's dummy init
 runs (DummyModelLoader.load_model, before process_weights_after_loading), installed by
-serving/emulate_sm120.py's hook on `sglang.srt.model_loader.loader`.
+serving/test_hooks/emulate_sm120.py's hook on `sglang.srt.model_loader.loader`.
 """
 from __future__ import annotations
 

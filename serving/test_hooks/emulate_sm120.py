@@ -1,7 +1,7 @@
 """Post-import hooks of the GPU-box harness: OVERLAY_EMULATE_SM120=1 (TEST ONLY) and hc_split_sinkhorn.
 
-serving/boxhooks/sitecustomize.py loads this file in every Python process started with
-serving/boxhooks first on PYTHONPATH (the server, and the scheduler and detokenizer processes
+serving/test_hooks/boxhooks/sitecustomize.py loads this file in every Python process started with
+serving/test_hooks/boxhooks first on PYTHONPATH (the server, and the scheduler and detokenizer processes
 SGLang spawns: `mp.set_start_method("spawn")`, so each one is a fresh interpreter that runs
 sitecustomize again). It installs a meta-path finder that runs a patch function right after
 chosen sglang modules finish loading:
@@ -23,10 +23,10 @@ chosen sglang modules finish loading:
   target (kernels are built for the GPU that runs them) -- docs/serving.md lists what differs.
 
 * tilelang not importable -- `sglang.srt.layers.mhc.hc_split_sinkhorn` (TileLang only, called by
-  every DeepSeek-V4 hc_pre) is replaced by serving/hc_sinkhorn.py.
+  every DeepSeek-V4 hc_pre) is replaced by serving/test_hooks/hc_sinkhorn.py.
 
 * OVERLAY_DUMMY_INIT=scaled (TEST ONLY) -- `--load-format dummy` fills the weights with
-  serving/dummy_init.py's deterministic by-role values instead of sglang's U(-1e-3, 1e-3), so the
+  serving/test_hooks/dummy_init.py's deterministic by-role values instead of sglang's U(-1e-3, 1e-3), so the
   next-token distribution depends on attention (the loader's `initialize_dummy_weights` is rebound).
 
 * OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split|skip-attn (TEST ONLY, the red runs of the
@@ -39,7 +39,7 @@ chosen sglang modules finish loading:
 
 * OVERLAY_TEST_SHADOW_DECODE=1 (TEST ONLY, the kernel check of the live comparison) -- the dispatcher is
   wrapped (outside any deliberate break) so that every call, CUDA-graph replays included, is compared with
-  the tree's own PyTorch reference on the same inputs; serving/shadow_decode.py says how, and logs the
+  the tree's own PyTorch reference on the same inputs; serving/test_hooks/shadow_decode.py says how, and logs the
   largest row error so far.
 
 * OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 (TEST ONLY, the live comparison's `torch` reference under CUDA
@@ -60,7 +60,7 @@ import os
 import sys
 
 EMULATE_ENV = "OVERLAY_EMULATE_SM120"
-DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/dummy_init.py (TEST ONLY)
+DUMMY_INIT_ENV = "OVERLAY_DUMMY_INIT"      # scaled: serving/test_hooks/dummy_init.py (TEST ONLY)
 BREAK_ENV = "OVERLAY_TEST_BREAK_DECODE"    # zero-attn | no-sink | drop-split | skip-attn (TEST ONLY)
 BREAK_MODES = ("zero-attn", "no-sink", "drop-split", "skip-attn")
 GRAPH_SAFE_ENV = "OVERLAY_GRAPH_SAFE_TORCH_DECODE"   # 1: the torch reference decode capturable (TEST ONLY)
@@ -215,7 +215,7 @@ def _patch_mhc(module) -> None:
     module.hc_split_sinkhorn = impl.hc_split_sinkhorn
     route = "torch ops" if os.environ.get(SINKHORN_ENV) == "torch" else "one Triton kernel on CUDA"
     say(f"WARNING tilelang is not importable: {MHC}.hc_split_sinkhorn replaced by the harness's "
-        f"serving/hc_sinkhorn.py ({route}; same arithmetic as the TileLang kernel)")
+        f"serving/test_hooks/hc_sinkhorn.py ({route}; same arithmetic as the TileLang kernel)")
 
 
 def _load_sibling(name: str, filename: str):
@@ -236,7 +236,7 @@ def _patch_loader(module) -> None:
         return counts
 
     module.initialize_dummy_weights = initialize_dummy_weights
-    say(f"{DUMMY_INIT_ENV}=scaled: {LOADER}.initialize_dummy_weights rebound to serving/dummy_init.py (TEST ONLY)")
+    say(f"{DUMMY_INIT_ENV}=scaled: {LOADER}.initialize_dummy_weights rebound to serving/test_hooks/dummy_init.py (TEST ONLY)")
 
 
 def drop_last_split(indices, topk_length=None, splits: int = DROP_SPLITS):

@@ -1,9 +1,9 @@
-"""hc_split_sinkhorn without tilelang, for the GPU-box harness (serving/boxhooks).
+"""hc_split_sinkhorn without tilelang, for the GPU-box harness (serving/test_hooks/boxhooks).
 
 SGLang 0.5.14's `sglang.srt.layers.mhc.hc_split_sinkhorn` is a TileLang kernel with no fallback,
 and DeepSeek-V4's hc_pre calls it in every layer of every forward whenever the TileLang MHC-pre
 path is off (as on sm_120). A machine that cannot carry tilelang (an air-gapped GPU machine) gets this
-module instead, bound in by serving/emulate_sm120.py's import hook, for the pinned and the
+module instead, bound in by serving/test_hooks/emulate_sm120.py's import hook, for the pinned and the
 patched tree alike. It is harness code, not a patch.
 
 Same arithmetic as the TileLang kernel (pinned sglang/srt/layers/mhc.py, hc_split_sinkhorn_kernel),

@@ -1,4 +1,4 @@
-"""OVERLAY_TEST_SHADOW_DECODE=1 (TEST ONLY; serving/emulate_sm120.py installs it): check the sm_120 sparse-decode dispatcher against the tree's own
+"""OVERLAY_TEST_SHADOW_DECODE=1 (TEST ONLY; serving/test_hooks/emulate_sm120.py installs it): check the sm_120 sparse-decode dispatcher against the tree's own
 PyTorch reference on every call of a live server, CUDA-graph replays included.
 
 Why: DeepSeek-V4 rounds the input of its FP8 linears to e4m3, so a correct kernel's last-bit differences flip

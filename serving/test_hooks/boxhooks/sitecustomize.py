@@ -2,7 +2,7 @@
 
 serving/serve_cmd.py puts this directory first on PYTHONPATH when it serves from a bundle, so the
 server and the scheduler/detokenizer processes SGLang spawns all run it at start-up. It loads
-serving/emulate_sm120.py by path (the repository is not on the server's sys.path) and installs
+serving/test_hooks/emulate_sm120.py by path (the repository is not on the server's sys.path) and installs
 its import hooks: OVERLAY_EMULATE_SM120=1, and hc_split_sinkhorn where tilelang is missing.
 Then it runs the sitecustomize that this file shadows, if the interpreter has one.
 """
