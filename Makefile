@@ -94,9 +94,9 @@ test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
 test-gpu:
 	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/test_flashinfer_compile.py
 
-# Every GPU benchmark (bench/bench_*.py) in turn, as a module of the checkout (python -m bench.NAME); each prints
-# its command, machine, versions and a table.
-BENCH_MODULES := $(patsubst bench/%.py,bench.%,$(filter-out bench/bench_e2e.py,$(wildcard bench/bench_*.py)))
+# Every kernel benchmark (bench/kernels/bench_*.py) in turn, as a module of the checkout (python -m
+# bench.kernels.NAME); each prints its command, machine, versions and a table.
+BENCH_MODULES := $(subst /,.,$(patsubst %.py,%,$(wildcard bench/kernels/bench_*.py)))
 bench:
 	@set -e; for m in $(BENCH_MODULES); do echo "== $$m"; $(PYTHON) -m $$m; done
 
@@ -162,13 +162,13 @@ smoke:
 	@$(SERVE_GATE)
 	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT) --log $(SMOKE_LOG)
 
-# End-to-end decode throughput, pinned vs patched (python -m bench.bench_e2e --help; E2E_ARGS passes more flags).
+# End-to-end decode throughput, pinned vs patched (python -m bench.server.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both
 E2E_ARGS ?=
 # Without BUNDLE the pinned baseline needs PINNED_PYTHON (an unpatched sglang's interpreter); else it is refused.
 PINNED_PYTHON ?=
 bench-e2e:
-	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
+	$(PYTHON) -m bench.server.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
@@ -198,15 +198,15 @@ prebuild-jit: $(VENV)/.installed
 	$(PYTHON) -m serving.bundle prebuild-jit $(LINE_ARG) --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)
 
 # ---- P1 under another Triton, beside FlashInfer, on the GPU machine (docs/gpu_box.md) ----------------------------
-# build/carry-triton-VERSION: the Triton release packed small enough to copy beside the tree (bench/carry_triton.py);
-# build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/peers/).
+# build/carry-triton-VERSION: the Triton release packed small enough to copy beside the tree (bench/airgapped/carry_triton.py);
+# build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/kernels/peers/).
 # Both live in the ignored build/: copy them to the GPU machine only for the run that needs them.
 CARRY_TRITON ?= 3.8.0
 CARRY_PEERS  ?= 0.7.2 0.7.4
 .PHONY: carry-triton carry-peers
 carry-triton:
-	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON)
+	$(PYTHON) -m bench.airgapped.carry_triton build --version $(CARRY_TRITON)
 
 carry-peers: $(VENV)/.installed
-	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.peers.flashinfer_sm120_sources --flashinfer $$v; \
-		$(VPY) -m bench.peers.flashinfer_sm120_build --flashinfer $$v --arch sm_90a --carry build/carry-peer-$$v; done
+	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.kernels.peers.flashinfer_sm120_sources --flashinfer $$v; \
+		$(VPY) -m bench.kernels.peers.flashinfer_sm120_build --flashinfer $$v --arch sm_90a --carry build/carry-peer-$$v; done

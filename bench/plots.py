@@ -3,7 +3,7 @@
     python3 -m bench.plots                         # both, from the runs BENCHMARKS.md cites
     python3 -m bench.plots indexer [TXT] [--out PNG]       # P4: bench_indexer.py's output -> docs/indexer_bench.png
     python3 -m bench.plots mhc-pre [TXT] [--out PNG]       # P3: bench_mhc_pre.py's output -> docs/mhc_pre_bench.png
-    python3 -m bench.bench_mma_decode --plot-from JSON [--plot PNG]   # P1 -> docs/mma_decode_bench.png (uses
+    python3 -m bench.kernels.bench_mma_decode --plot-from JSON [--plot PNG]   # P1 -> docs/mma_decode_bench.png (uses
                                                     # plot_mma_decode below and the overlay's own dispatch)
 
 matplotlib is optional: without it a plot is refused with one line and nothing else changes. The indexer and

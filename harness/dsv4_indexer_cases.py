@@ -1,7 +1,7 @@
 """The DSv4 indexer and MHC-pre functions out of a real upstream tree, inputs for them, and probes.
 
 Shared by tests/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
-tests/gpu/test_indexer_gpu.py, tests/gpu/test_mhc_gpu.py and bench/bench_indexer.py, bench/bench_mhc_pre.py,
+tests/gpu/test_indexer_gpu.py, tests/gpu/test_mhc_gpu.py and bench/kernels/bench_indexer.py, bench/kernels/bench_mhc_pre.py,
 bench/experiments/mhc_graph_sweep.py.
 
 `indexer.py` and `deepseek_v4.py` import the whole SGLang runtime, so the pure functions are

@@ -1,4 +1,4 @@
-"""bench/bench_e2e.py on a CPU: the server command (--tp reaches --tp-size), the model it generates,
+"""bench/server/bench_e2e.py on a CPU: the server command (--tp reaches --tp-size), the model it generates,
 the decode-only arithmetic, and the whole driver against fake servers (no timing is asserted).
 
 The server command and the model are checked against the pinned sglang's own ServerArgs parser,
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_e2e
+from bench.server import bench_e2e
 from serving import serve_cmd, tiny_model
 from tests.serve_env import import_pinned
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = [sys.executable, "-m", "bench.bench_e2e"]   # as `make bench-e2e` runs it, from the checkout root
+BENCH = [sys.executable, "-m", "bench.server.bench_e2e"]   # as `make bench-e2e` runs it, from the checkout root
 FAKE = REPO / "tests" / "serve_fake_server.py"
 
 

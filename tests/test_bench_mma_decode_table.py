@@ -1,4 +1,4 @@
-"""bench/bench_mma_decode.py's bookkeeping on a CPU: a column (--configs, --experiments) records its time and
+"""bench/kernels/bench_mma_decode.py's bookkeeping on a CPU: a column (--configs, --experiments) records its time and
 error or its failure and the run goes on; the one table holds every column the run timed; --plot-from redraws
 a run that has experiment columns."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from bench import bench_mma_decode as bm
+from bench.kernels import bench_mma_decode as bm
 from bench import plots
 
 ROW = {"shape": "H8/B16/win128+ex512", "H": 8, "B": 16, "topk": 128, "extra_topk": 512, "floor_us": 1.4,

@@ -1,4 +1,4 @@
-"""bench/carry.py and bench/carry_triton.py on the CPU: a payload installs only when every byte is as its
+"""bench/airgapped/carry.py and bench/airgapped/carry_triton.py on the CPU: a payload installs only when every byte is as its
 manifest says (else one line, nothing written), and the Triton packer's drop rules name files the real
 release ships (its RECORD), so a release that moves a file fails the build instead of carrying it."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import carry, carry_triton
+from bench.airgapped import carry, carry_triton
 
 REPO = Path(__file__).resolve().parents[1]
 

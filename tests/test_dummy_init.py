@@ -179,9 +179,9 @@ def test_every_rule_of_the_tiny_model_is_named(config):
 
 @pytest.mark.slow
 def test_scaled_init_on_the_flash_shaped_layers(hc_pre):
-    # bench/bench_e2e.py's Flash-shaped model (4 layers: the real per-layer geometry); only the routed expert
+    # bench/server/bench_e2e.py's Flash-shaped model (4 layers: the real per-layer geometry); only the routed expert
     # count is cut (256 -> 8, still top-6) so the dequantised experts fit a CPU test.
-    from bench.bench_e2e import flash_shaped_config
+    from bench.server.bench_e2e import flash_shaped_config
 
     config = {**flash_shaped_config(4), "n_routed_experts": 8, "n_group": 1, "topk_group": 1}
     state = tiny_state(config)

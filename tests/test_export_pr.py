@@ -455,7 +455,7 @@ def test_a_printed_command_must_run_in_the_upstream_checkout(checkouts, tmp_path
     name, _, patch = next((n, u, p) for n, u, p in all_patches(REPO) if n == "sglang" and exportable(p)
                           and not needs_force(p) and not p.trailer("Depends-On"))
     data = f"patches/{line}/sglang/upstream-pr.toml"
-    stanza = (f'\n[[patch.accuracy]]\nresult = "r"\ncommand = "python3 -m bench.bench_e2e --tree patched"\n'
+    stanza = (f'\n[[patch.accuracy]]\nresult = "r"\ncommand = "python3 -m bench.server.bench_e2e --tree patched"\n'
               f'gpu = "g"\nversions = "v"\ndate = "2026-12-01"\n')
 
     def add_result(text: str) -> str:   # the result goes to the first [[patch]], the patch exported below
@@ -465,7 +465,7 @@ def test_a_printed_command_must_run_in_the_upstream_checkout(checkouts, tmp_path
     copy = _edited_copy(tmp_path, data, add_result)
     proc = cli(copy, "export-pr", f"sglang/{patch.name}", "--repo", str(checkouts[name]))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr + proc.stdout
-    assert "'bench.bench_e2e'" in proc.stderr and "run in an upstream checkout" in proc.stderr
+    assert "'bench.server.bench_e2e'" in proc.stderr and "run in an upstream checkout" in proc.stderr
     assert git(checkouts[name], "branch", "--list", "pr/*") == ""
 
 

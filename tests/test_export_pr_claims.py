@@ -129,7 +129,7 @@ def test_every_printed_command_runs_in_the_pinned_release(line):
 def test_commands_in_the_data_are_checked_with_their_flags():
     """The check above fails on a module or flag the release lacks (so it cannot pass vacuously)."""
     line = LINES[-1]
-    assert _module_file(line, "sglang", "bench.bench_mma_decode") is None
+    assert _module_file(line, "sglang", "bench.kernels.bench_mma_decode") is None
     rel = _module_file(line, "sglang", "sglang.test.run_eval")
     assert rel and _defines(line, "sglang", rel, "--eval-name") and not _defines(line, "sglang", rel, "--no-such-flag")
 

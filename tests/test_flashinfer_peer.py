@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.peers import flashinfer_sm120_sources as sources
+from bench.kernels.peers import flashinfer_sm120_sources as sources
 from patchkit import PatchkitError
 from patchkit.fetch import fetch
 
@@ -107,7 +107,7 @@ def test_cli_refuses_a_folder_it_did_not_make(tmp_path, capsys):
 IMPORT_CHAIN = r"""
 import sys
 from pathlib import Path
-from bench.peers import flashinfer_sm120 as peer
+from bench.kernels.peers import flashinfer_sm120 as peer
 src = Path(sys.argv[1])
 fi = peer._install_flashinfer(src, peer._Library(object()))
 import importlib
@@ -145,7 +145,7 @@ PAGE_SPLIT = r"""
 import sys, math, logging
 from pathlib import Path
 import torch, triton, triton.language as tl
-from bench.peers import flashinfer_sm120 as peer
+from bench.kernels.peers import flashinfer_sm120 as peer
 from harness.upstream import extract_functions
 from harness.mma_decode_cases import make_kv_pool, kernel_view
 src = Path(sys.argv[1])
@@ -185,8 +185,8 @@ SPLITS = r"""
 import sys
 from pathlib import Path
 import tvm_ffi
-from bench.peers import flashinfer_sm120 as peer
-from bench.peers.flashinfer_sm120_build import library_path
+from bench.kernels.peers import flashinfer_sm120 as peer
+from bench.kernels.peers.flashinfer_sm120_build import library_path
 src = Path(sys.argv[1])
 peer._install_flashinfer(src, peer._Library(tvm_ffi.load_module(str(library_path(src, "sm_90a")))))
 ex = sys.modules["flashinfer.mla._sparse_mla_sm120._execution"]
@@ -213,11 +213,11 @@ def test_the_split_heuristic_sees_the_sm_count_it_is_given():
     for sm_90a): the SM count it is handed changes the split count, within sm_120's shared memory."""
     import sys
 
-    from bench.peers.flashinfer_sm120_build import library_path
+    from bench.kernels.peers.flashinfer_sm120_build import library_path
 
     src = sources.DEFAULT_OUT
     if not library_path(src, "sm_90a").exists():
-        pytest.skip(f"no peer library in {src} (python3 -m bench.peers.flashinfer_sm120_build)")
+        pytest.skip(f"no peer library in {src} (python3 -m bench.kernels.peers.flashinfer_sm120_build)")
     proc = subprocess.run([sys.executable, "-c", SPLITS, str(src)], capture_output=True, text=True, cwd=sources.REPO)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 

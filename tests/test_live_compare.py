@@ -1,4 +1,4 @@
-"""bench/logprob_compare.py and bench/live_compare.py on a CPU: the per-step difference on the common prefix,
+"""bench/server/logprob_compare.py and bench/server/live_compare.py on a CPU: the per-step difference on the common prefix,
 the first divergence, the tolerance calibration, and the verdicts (good pairs within, broken pairs out).
 
 Sequences are built from a seeded random next-token distribution per step (as sglang returns them:
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from bench import live_compare, logprob_compare as lc
+from bench.server import live_compare, logprob_compare as lc
 
 VOCAB = 64
 
@@ -200,7 +200,7 @@ def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_pat
     import sys
     from pathlib import Path
 
-    from bench import server_pool
+    from bench.server import server_pool
     from serving import serve_cmd
 
     fake = Path(__file__).resolve().parent / "serve_fake_server.py"

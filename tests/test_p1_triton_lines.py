@@ -1,11 +1,11 @@
-"""bench/p1_triton_lines.py on the CPU: runs planned from the carried folders, logs merged by shape, and the
+"""bench/kernels/triton_lines.py on the CPU: runs planned from the carried folders, logs merged by shape, and the
 0.5.23 default's rule judged per row against FlashInfer's faster plan (the GPU run: BENCHMARKS.md)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench import p1_triton_lines as lines
+from bench.kernels import triton_lines as lines
 
 
 def write_run(out: Path, name: str, rows: list[dict], gpu: str = "NVIDIA H200 (132 SMs), triton 3.8.0") -> None:

@@ -1,10 +1,10 @@
-"""bench/server_pool.py's one-at-a-time runner, against tests/serve_fake_server.py."""
+"""bench/server/server_pool.py's one-at-a-time runner, against tests/serve_fake_server.py."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from bench import server_pool
+from bench.server import server_pool
 from serving import serve_cmd
 
 FAKE = Path(__file__).resolve().parent / "serve_fake_server.py"

@@ -1,7 +1,7 @@
 """serving/test_hooks/shadow_decode.py (OVERLAY_TEST_SHADOW_DECODE=1) on the patched tree's real sm_120 dispatcher, on a CPU
 (its torch backend): a correct dispatcher reads error 0, every deliberate break of OVERLAY_TEST_BREAK_DECODE
 (wrapped inside the check, as the server stacks them) reads far above a correct kernel's rounding, a NaN
-output reads infinite, and the logged line is what bench/live_compare.py parses.
+output reads infinite, and the logged line is what bench/server/live_compare.py parses.
 """
 from __future__ import annotations
 

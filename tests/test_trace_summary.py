@@ -1,10 +1,10 @@
-"""bench/trace_summary.py: kernel time per name from a chrome trace, GPU kernels only."""
+"""bench/server/trace_summary.py: kernel time per name from a chrome trace, GPU kernels only."""
 from __future__ import annotations
 
 import gzip
 import json
 
-from bench import trace_summary
+from bench.server import trace_summary
 
 
 def test_kernel_time_is_summed_per_name_and_only_gpu_kernels_count(tmp_path):

@@ -1,4 +1,4 @@
-"""bench/upstream_e2e.py drives the release's own client commands: what it runs and what it reads must be what the
+"""bench/server/upstream_e2e.py drives the release's own client commands: what it runs and what it reads must be what the
 pinned 0.5.14 wheel defines and prints (module names, flags, dataset choice, JSONL keys, the run_eval lines).
 No server, no GPU: the wheel's source is read, its print statements evaluated."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import upstream_e2e as ue
+from bench.server import upstream_e2e as ue
 from patchkit.pr.prdata import load_pr_data
 from serving import serve_cmd
 from tests.conftest import REPO, pristine_wheel
@@ -101,7 +101,7 @@ def test_variants_are_the_patched_tree_but_pinned(tmp_path):
 
 def test_tp_reaches_every_servers_command(tmp_path, monkeypatch):
     """--tp N becomes each variant's server --tp-size N (serving/serve_cmd.py builds the command)."""
-    from bench import server_pool
+    from bench.server import server_pool
 
     built, real_build = [], serve_cmd.build
 

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-OURS = ("patchkit.engine", "serving.doctor", "harness.upstream", "bench.bench_e2e", "tests.conftest", "apply")
+OURS = ("patchkit.engine", "serving.doctor", "harness.upstream", "bench.server.bench_e2e", "tests.conftest", "apply")
 OUR_PACKAGES = re.compile(r"(patchkit|serving|harness|bench|tests|apply)(\.|$)")
 
 

@@ -1,14 +1,14 @@
 """One checked, compressed payload to copy to an air-gapped GPU machine, and its install there.
 
-    python3 -m bench.carry pack-dir SRC --keep lib,site,SOURCES.json --out build/carry-peer-0.7.4
-    python3 -m bench.carry install build/carry-peer-0.7.4 --into /tmp/peer-0.7.4        # on the GPU machine
+    python3 -m bench.airgapped.carry pack-dir SRC --keep lib,site,SOURCES.json --out build/carry-peer-0.7.4
+    python3 -m bench.airgapped.carry install build/carry-peer-0.7.4 --into /tmp/peer-0.7.4        # on the GPU machine
 
 What is copied beside the tree shares the bundle's budget (64 MiB with the tree), so it is packed small: one
 deterministic `payload.tar.xz` (sorted members, no times or owners, xz -9) and `manifest.json` (every
 member's size and sha256, the payload's sha256, and whatever the packer records about where it came
 from). `install` checks the payload and each member against the manifest before anything is written,
 unpacks into a folder beside INTO and renames it into place: a wrong byte is refused with one line and
-INTO stays as it was. bench/carry_triton.py packs a Triton release this way; `pack-dir` packs the
+INTO stays as it was. bench/airgapped/carry_triton.py packs a Triton release this way; `pack-dir` packs the
 named parts of a folder (a built FlashInfer peer, say).
 """
 from __future__ import annotations

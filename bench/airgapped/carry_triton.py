@@ -1,15 +1,15 @@
 """A Triton release small enough to copy to an air-gapped GPU machine, and its install there.
 
-    python3 -m bench.carry_triton build --version 3.8.0 [--python 3.12] [--out build/carry-triton-3.8.0]
-    python3 -m bench.carry_triton install build/carry-triton-3.8.0 --into /tmp/triton-3.8.0   # on the GPU machine
+    python3 -m bench.airgapped.carry_triton build --version 3.8.0 [--python 3.12] [--out build/carry-triton-3.8.0]
+    python3 -m bench.airgapped.carry_triton install build/carry-triton-3.8.0 --into /tmp/triton-3.8.0   # on the GPU machine
 
 The GPU machine has one Triton (its torch's); a newer line's Triton (3.8 for SGLang 0.5.23) is 248 MB as a wheel
 and ~900 MB unpacked, over the 64 MiB budget of what is copied there. What a kernel run needs is much smaller: `build` takes
 the release's own manylinux wheel (through pip's configuration, like every download here), leaves out what
 no kernel launch loads (DROPPED: profiler, CUPTI, test plugins, the Blackwell-only ptxas), strips the
 compiler library's symbols (STRIPPED: `strip --strip-unneeded`, code untouched) and packs the rest with
-bench/carry.py: one deterministic `payload.tar.xz` and `manifest.json` (the wheel's sha256, every member's
-size and sha256, what was dropped or stripped and why). `install` is bench/carry.py's: everything checked
+bench/airgapped/carry.py: one deterministic `payload.tar.xz` and `manifest.json` (the wheel's sha256, every member's
+size and sha256, what was dropped or stripped and why). `install` is bench/airgapped/carry.py's: everything checked
 before anything is written, a wrong byte refused with one line. Put INTO first on PYTHONPATH and `import triton` is the
 carried release (with its own ptxas for sm_90: the H200's compiles use the release's code generation).
 Torch stays the box's own: the decode kernels are launched by Triton, not by inductor.
@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from bench.carry import MIB, PAYLOAD, CarryError, file_sha256, install, pack
+from bench.airgapped.carry import MIB, PAYLOAD, CarryError, file_sha256, install, pack
 from serving import REPO
 
 

@@ -554,9 +554,9 @@ def aot_rows(archs=(120, 90), names=None, cache_variants=None) -> list[dict]:
 
 # ----------------------------------------------------------------------------- GPU timing
 def bench(configs, heads=(8, 16), batches=(16, 64, 128)) -> list[dict]:
-    """H200: WS configs next to the shipped g32dqq, same method as bench/bench_mma_decode.py (CUDA-graph
+    """H200: WS configs next to the shipped g32dqq, same method as bench/kernels/bench_mma_decode.py (CUDA-graph
     replay over ROTATE input sets, shared pools, error vs its float64 reference)."""
-    from bench import decode_timing as bm
+    from bench.kernels import decode_timing as bm
 
     bm.print_header()   # command, GPU, versions, as every decode bench
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -12,7 +12,7 @@ mean of --iters replays. "% of copy" = (KV pages read + logits written) / time o
 device copy bandwidth measured in the same run (bytes read + written). --configs times named
 INDEXER_CONFIGS of the overlay as well (the sweep that picked the default). Prints markdown tables.
 
-    python3 -m bench.bench_indexer [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.kernels.bench_indexer [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
 """
 from __future__ import annotations
 

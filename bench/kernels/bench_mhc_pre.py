@@ -14,7 +14,7 @@ does during SGLang's capture. --sweep: the one-launch kernel (the eager route) r
 i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
 (eager and sweep) against float64 over the 2^-8 bound of tests/test_mhc_bf16.py (<= 1 passes).
 
-    python3 -m bench.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.kernels.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
 """
 from __future__ import annotations
 

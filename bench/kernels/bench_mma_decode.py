@@ -1,9 +1,9 @@
 """P1 benchmark: MMA sparse-MLA decode vs the pinned upstream per-head Triton kernel vs FlashMLA's
 SM90 sparse decode vs the HBM roofline, on one GPU.
 
-    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.bench_mma_decode [--sweep] [--configs NAMES] [--out DIR]
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.kernels.bench_mma_decode [--sweep] [--configs NAMES] [--out DIR]
                                           [--experiments NAMES]   # --no-upstream: no per-head kernel
-    python3 -m bench.bench_mma_decode --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
+    python3 -m bench.kernels.bench_mma_decode --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
 
 Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
 inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from bench.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
+from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
                                   make_pool, print_header, reference_f64, rel_err)
 from harness.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
     ap.add_argument("--batches", default="1,4,16,64,128", help="batch sizes of the window + extra shapes")
     ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
-                    help="the FlashInfer sm_120 peer's folder (bench.peers.flashinfer_sm120_sources + _build)")
+                    help="the FlashInfer sm_120 peer's folder (bench.kernels.peers.flashinfer_sm120_sources + _build)")
     ap.add_argument("--peer-sms", default="132,188",
                     help="SM counts the peer's split heuristic is run with, one column each (132: H200, 188: RTX PRO 6000)")
     ap.add_argument("--plot-from", type=Path, metavar="JSON",
@@ -224,7 +224,7 @@ def time_column(row, key, call, ref) -> None:
 
 def load_flashinfer_peer(src: Path):
     """The FlashInfer sm_120 peer, or None after one line saying why it is not run."""
-    from bench.peers.flashinfer_sm120 import PeerUnavailable, load_peer
+    from bench.kernels.peers.flashinfer_sm120 import PeerUnavailable, load_peer
 
     try:
         peer = load_peer(src)

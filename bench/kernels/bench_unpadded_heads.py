@@ -1,11 +1,11 @@
 """P7 benchmark: the MMA sparse decode call with a TP rank's real query heads against the same call
 padded to 64 heads (what the pinned MQALayer.forward sends at TP > 1), on one GPU.
 
-    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.bench_p7_heads [--out DIR]
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.kernels.bench_unpadded_heads [--out DIR]
 
 8 / 16 / 32 heads are one rank's share of DeepSeek-V4-Flash's 64 at TP = 8 / 4 / 2; each shape is a
 c4 layer's call (window 128 + top-512 compressed tokens, 256- and 64-token pages). Timing and inputs
-are bench/bench_mma_decode.py's: a CUDA graph of ROTATE calls on their own q / indices over multi-GB
+are bench/kernels/bench_mma_decode.py's: a CUDA graph of ROTATE calls on their own q / indices over multi-GB
 KV pools (KV from HBM), replayed. The padded call gets the same q in its first heads, junk in the
 other 56, and the sink zero-padded, as the model builds them. Accuracy: each call's real-head output
 against an fp32 reference computed here from the same gathered FP8 tokens (relative Frobenius error),
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bench import bench_mma_decode as B  # pools, inputs, graph timing
+from bench.kernels import bench_mma_decode as B  # pools, inputs, graph timing
 from harness.upstream import load_kernel
 from serving import REPO
 

@@ -1,5 +1,5 @@
 """What every decode bench shares: the pools and input sets, CUDA-graph timing, the copy-bandwidth floor, the
-float64 reference and the header line. bench/bench_mma_decode.py, bench/bench_p7_heads.py and the experiments
+float64 reference and the header line. bench/kernels/bench_mma_decode.py, bench/kernels/bench_unpadded_heads.py and the experiments
 time their kernels through it; the page layout and the float64 attention are harness/mma_decode_cases.py's, the
 ones the tests check the kernels against.
 """

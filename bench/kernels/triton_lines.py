@@ -1,12 +1,12 @@
 """P1's decode under the box's Triton and a carried one (3.8: SGLang 0.5.23's), beside FlashInfer's sm_120
 decode, in one call: the evidence for the 0.5.23 line's default.
 
-    python3 -m bench.p1_triton_lines --triton /tmp/triton-3.8.0 --peer /tmp/peer-0.7.2 --peer /tmp/peer-0.7.4 \\
+    python3 -m bench.kernels.triton_lines --triton /tmp/triton-3.8.0 --peer /tmp/peer-0.7.2 --peer /tmp/peer-0.7.4 \\
         --out RESULTS/lines [--heads 8,16,32,64] [--batches 1,2,4,8,16,32,64,128] [--topk-heads 8,64] [--budget 540]
-    python3 -m bench.p1_triton_lines --report DIR      # the tables again from a saved run; writes nothing
+    python3 -m bench.kernels.triton_lines --report DIR      # the tables again from a saved run; writes nothing
 
 Runs bench_mma_decode once per (Triton, FlashInfer peer): the box's Triton with the first peer, then the
-carried Triton (`--triton`: a folder `python3 -m bench.carry_triton install` made, put first on PYTHONPATH)
+carried Triton (`--triton`: a folder `python3 -m bench.airgapped.carry_triton install` made, put first on PYTHONPATH)
 with every peer. Only one FlashInfer peer fits a process (it installs its own `flashinfer` package), so the
 peers are separate runs; every run draws the same inputs (one seeded generator, the same shapes in the same
 order), and "ours" is timed in every run, so two runs under one Triton show the run-to-run spread. Each
@@ -66,7 +66,7 @@ def run_one(run: dict, out: Path, bench_args: list[str], timeout: float) -> int:
     env = dict(os.environ)
     if run["triton"] is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(run["triton"]), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    cmd = [sys.executable, "-m", "bench.bench_mma_decode", "--no-upstream", *bench_args, "--out", str(folder)]
+    cmd = [sys.executable, "-m", "bench.kernels.bench_mma_decode", "--no-upstream", *bench_args, "--out", str(folder)]
     cmd += ["--peer", str(run["peer"]), "--peer-sms", ",".join(map(str, PEER_SMS))] if run["peer"] else ["--peer", "none"]
     start = time.time()
     with open(folder / LOG, "w") as log:
@@ -173,7 +173,7 @@ def report(out: Path) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--triton", type=Path, help="a carried Triton (bench.carry_triton install's folder)")
+    ap.add_argument("--triton", type=Path, help="a carried Triton (bench.airgapped.carry_triton install's folder)")
     ap.add_argument("--peer", type=Path, action="append", default=[],
                     help="a built FlashInfer peer folder; the first is the line's pinned release (repeatable)")
     ap.add_argument("--out", type=Path, help="where each run's folder and runs.json go")

@@ -1,9 +1,9 @@
 """End-to-end decode throughput of the server, pinned vs patched, on a DeepSeek-V4-Flash-shaped model.
 
-    python3 -m bench.bench_e2e [--bundle DIR] [--tree pinned|patched|both] [--concurrency 1,16,64]
+    python3 -m bench.server.bench_e2e [--bundle DIR] [--tree pinned|patched|both] [--concurrency 1,16,64]
                                [--prompt-len 1024,8192] [--output-len 256] [--layers 4] [--tp N]
                                [--context 1048576] [--max-prompt-tokens 262144] [--tree-budget S] [--out DIR]
-    python3 -m bench.bench_e2e --compare PINNED.json PATCHED.json [--plot docs/e2e_decode.png]
+    python3 -m bench.server.bench_e2e --compare PINNED.json PATCHED.json [--plot docs/e2e_decode.png]
 
 Model: DeepSeek-V4-Flash's own config (serving/dsv4_flash_config.json) with --layers layers and random
 weights (--load-format dummy): the real per-layer geometry (hidden 4096, 64 heads of 448+64, the
@@ -553,7 +553,7 @@ def int_list(text: str) -> list[int]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.bench_e2e", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.server.bench_e2e", description=__doc__.split("\n")[0])
     ap.add_argument("--tree", choices=("pinned", "patched", "both"), default="both")
     ap.add_argument("--bundle", type=Path, help="serve from this offline bundle (dir, or an installed SITE_ROOT)")
     ap.add_argument("--python", help="interpreter that runs sglang (default: this one with --bundle, else .venv-sglang)")

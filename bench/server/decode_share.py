@@ -1,17 +1,17 @@
 """P1's own share of end-to-end decode: the patched tree with SGLANG_SM120_SPARSE_DECODE=triton (the pinned
 per-head kernel) vs mma (P1), on DeepSeek-V4-Flash-shaped layers, CUDA graphs on, at two context ceilings.
 
-    OVERLAY_EMULATE_SM120=1 python3 -m bench.p1_share --bundle build/bundle --out DIR
+    OVERLAY_EMULATE_SM120=1 python3 -m bench.server.decode_share --bundle build/bundle --out DIR
                                [--backends triton,mma] [--contexts 1048576,131072] [--concurrency 1,16,64]
                                [--prompt-len 4096] [--output-len 256] [--layers 4] [--profile-steps 8]
                                [--no-ablation] [--start-timeout 480]
-    python3 -m bench.p1_share --report DIR      # the table again from DIR's JSON files (writes nothing)
+    python3 -m bench.server.decode_share --report DIR      # the table again from DIR's JSON files (writes nothing)
 
-Model and weights: bench/bench_e2e.py's Flash-shaped config (--layers layers, the real per-layer geometry),
+Model and weights: bench/server/bench_e2e.py's Flash-shaped config (--layers layers, the real per-layer geometry),
 OVERLAY_DUMMY_INIT=scaled (serving/test_hooks/dummy_init.py: routed experts spread the way real weights spread them).
 The prompt of 4096 tokens fills the c4 layers' top-512 and the 128-token window, so each decode token's
 attention work is at the ceiling it keeps at any longer context. Each server runs alone on the GPU
-(bench/server_pool.py, each_alone: idle neighbours slowed the fast server's steps). Per concurrency: the
+(bench/server/server_pool.py, each_alone: idle neighbours slowed the fast server's steps). Per concurrency: the
 steady-window decode tok/s and step time of bench_e2e.measure, and sglang's own gen-throughput lines. Requests
 sample at temperature 1 (TEMPERATURE says why), so runs before 2026-12-03's run 3 (greedy) do not compare to
 later ones.
@@ -43,7 +43,7 @@ import time
 import urllib.error
 from pathlib import Path
 
-from bench import bench_e2e, server_pool, trace_summary
+from bench.server import bench_e2e, server_pool, trace_summary
 from bench.command import command_line
 from serving import serve_cmd, smoke
 from serving.test_hooks import emulate_sm120
@@ -258,7 +258,7 @@ def report(out_dir: Path, write: bool = True) -> int:
 # -- command line --------------------------------------------------------------------------------
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.p1_share", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.server.decode_share", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", type=Path, help="offline bundle dir or installed SITE_ROOT (required to run)")
     ap.add_argument("--out", type=Path, help="results dir (required)")
     ap.add_argument("--backends", type=lambda t: [x for x in t.split(",") if x], default=["triton", "mma"])

@@ -1,14 +1,14 @@
 """Live numerics of the sm_120 decode path: the same greedy decodes on every decode backend, on the pinned
 tree, and on deliberately broken kernels, with weights under which attention matters (TEST ONLY switches).
 
-    OVERLAY_EMULATE_SM120=1 python3 -m bench.live_compare --bundle build/bundle --out DIR
+    OVERLAY_EMULATE_SM120=1 python3 -m bench.server.live_compare --bundle build/bundle --out DIR
                                [--variants pinned,mma,triton,torch,zero-attn,no-sink,drop-split]
                                [--output-len 256] [--batch 1,16] [--start-timeout 420]
-    python3 -m bench.live_compare --report DIR        # the tables again from DIR's JSON files (writes nothing)
+    python3 -m bench.server.live_compare --report DIR        # the tables again from DIR's JSON files (writes nothing)
 
 Every server runs the tiny DSv4 (serving/tiny_model.py: the real attention geometry) from the bundle with
 CUDA graphs on and OVERLAY_DUMMY_INIT=scaled (serving/test_hooks/dummy_init.py; the same weights in every server).
-Variants (bench/server_pool.py starts them side by side, then each is asked in turn):
+Variants (bench/server/server_pool.py starts them side by side, then each is asked in turn):
 
     pinned      the pinned tree (its decode kernel is the per-head `triton` one)
     mma         patched, SGLANG_SM120_SPARSE_DECODE=mma (P1)
@@ -32,7 +32,7 @@ Two checks, both from the same servers (every one runs with OVERLAY_TEST_SHADOW_
 
 Prompts: fixed random token ids (PROMPT_SEED), batch 1 (prompt 0 alone) and batch 16 (prompts 0-15 in
 one request, so they decode together), --output-len greedy tokens (ignore_eos), top TOP_LOGPROBS
-logprobs per step. bench/logprob_compare.py compares per step over the common prefix and sets the
+logprobs per step. bench/server/logprob_compare.py compares per step over the common prefix and sets the
 tolerances: kernel (triton vs torch), tree (pinned vs patched; P2-P4 change numerics too).
 
 Writes DIR/<variant>.json (the decodes), DIR/<variant>-server.log, DIR/compare.json and prints the
@@ -48,9 +48,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench import bench_e2e
-from bench import logprob_compare as lc
-from bench import server_pool
+from bench.server import bench_e2e
+from bench.server import logprob_compare as lc
+from bench.server import server_pool
 from bench.command import command_line
 from serving import serve_cmd, smoke
 from serving.test_hooks import emulate_sm120, shadow_decode
@@ -259,7 +259,7 @@ def variant_list(text: str) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.live_compare", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.server.live_compare", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", type=Path, help="offline bundle dir or installed SITE_ROOT (required to run)")
     ap.add_argument("--out", type=Path, help="results dir (required)")
     ap.add_argument("--variants", type=variant_list, default=list(VARIANTS))

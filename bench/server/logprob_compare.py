@@ -1,5 +1,5 @@
 """Compare two servers' greedy decodes step by step: max |logprob difference| over the top-k on the common
-prefix, the first divergence step, and the tolerance logic of the live comparison (bench/live_compare.py).
+prefix, the first divergence step, and the tolerance logic of the live comparison (bench/server/live_compare.py).
 
 A sequence is {"tokens": [id per step], "top": [[(logprob, id), ...] per step]} (sglang's
 output_token_logprobs / output_top_logprobs, top_logprobs_num >= k). Step i of two sequences is

@@ -4,7 +4,7 @@ Two ways to run them:
   side by side  `start_all` launches each `Variant` (a tree plus environment overrides), `wait_all` waits
                 for every /health, `stop_all` stops each process group (also on Ctrl-C / SIGTERM through the
                 caller's try/finally). Start-up (imports, weight load, CUDA-graph capture: 1-3.5 min each on
-                an H200) is paid once for all. For answers only (bench/live_compare.py), never timing.
+                an H200) is paid once for all. For answers only (bench/server/live_compare.py), never timing.
   alone         `each_alone` starts one server, runs the caller's work on it, stops it, then the next. For
                 timing: idle servers beside the measured one are not free. On the H200 two idle neighbours
                 made the `mma` server's decode steps longer, while the slow `triton` server's steps did not

@@ -1,13 +1,13 @@
 """GPU time per kernel name in torch-profiler chrome traces, as a few KB of JSON a results folder can keep.
 
-    python3 -m bench.trace_summary DIR [--top 15] > kernels.json
+    python3 -m bench.server.trace_summary DIR [--top 15] > kernels.json
 
 Every *.trace.json(.gz) under DIR: for each trace, the total kernel time and the `--top` kernels by time
 (name cut to 100 characters, microseconds, launches). The traces themselves are 0.1-0.5 MB each; what is copied
 to the GPU machine (the tree and the offline bundle) stays within the bundle's budget, so committed results keep this
 instead.
 
-Reading a trace (load_trace, kernel_events) lives here; bench/p1_share.py counts its attention share with it.
+Reading a trace (load_trace, kernel_events) lives here; bench/server/decode_share.py counts its attention share with it.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def summarize(folder: Path, top: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.trace_summary", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.server.trace_summary", description=__doc__.split("\n")[0])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args(argv)

@@ -1,12 +1,12 @@
 """Each exported change measured end to end with the release's own client commands: the patched server with
 every switch on, and again with one change's switch set back to upstream's path, each server alone on the GPU.
 
-    OVERLAY_EMULATE_SM120=1 python3 -m bench.upstream_e2e --bundle DIR --out DIR --gsm8k FILE
+    OVERLAY_EMULATE_SM120=1 python3 -m bench.server.upstream_e2e --bundle DIR --out DIR --gsm8k FILE
                                [--variants all,P1-off,P3-off,P4-off,pinned] [--context 131072] [--layers 4]
                                [--num-prompts 64] [--input-len 1024] [--output-len 256] [--concurrency 16]
                                [--gsm8k-examples 100] [--gsm8k-max-tokens 256] [--start-timeout 420] [--tp 1]
                                [--warmup-runs 1]
-    python3 -m bench.upstream_e2e --report DIR      # the table again from DIR's JSON files (writes nothing)
+    python3 -m bench.server.upstream_e2e --report DIR      # the table again from DIR's JSON files (writes nothing)
 
 Per server, the two commands an upstream reviewer runs against a server, unchanged but for sizes:
   benchmark  `python3 -m sglang.bench_serving --backend sglang --dataset-name random-ids ...` (random-ids: `random`
@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import bench_e2e, server_pool
+from bench.server import bench_e2e, server_pool
 from bench.command import command_line
 from serving import serve_cmd, smoke
 from serving.test_hooks import emulate_sm120
@@ -275,7 +275,7 @@ def gsm8k_problem(path: Path) -> str | None:
 # -- main -------------------------------------------------------------------------------------------------
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.upstream_e2e", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.server.upstream_e2e", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", type=Path, help="offline bundle dir or installed SITE_ROOT (required to run)")
     ap.add_argument("--out", type=Path, help="results dir (required to run)")
     ap.add_argument("--gsm8k", type=Path, help="GSM8K test.jsonl (run_eval's --gsm8k-data-path; required to run)")

@@ -30,7 +30,7 @@ chosen sglang modules finish loading:
   next-token distribution depends on attention (the loader's `initialize_dummy_weights` is rebound).
 
 * OVERLAY_TEST_BREAK_DECODE=zero-attn|no-sink|drop-split|skip-attn (TEST ONLY, the red runs of the
-  live comparison and the attention ablation of bench/p1_share.py) -- the sm_120 sparse-decode
+  live comparison and the attention ablation of bench/server/decode_share.py) -- the sm_120 sparse-decode
   dispatcher is wrapped so that its output is zeroed, the per-head sink is not passed (as a kernel
   that ignored it), the last of DROP_SPLITS equal splits of each row's valid top-k positions is
   masked (-1, as a kernel that dropped one split's partial result), or no kernel runs at all (zeros

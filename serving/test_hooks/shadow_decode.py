@@ -17,7 +17,7 @@ keeps, in device tensors that CUDA-graph capture records and every replay update
     calls  how many calls were checked
 
 Outside capture (prefill, warm-up) each call reads them (a host sync: test only) and, when they changed and a
-second has passed since the last line, logs `LINE_PREFIX error E over N calls`; bench/live_compare.py sends one
+second has passed since the last line, logs `LINE_PREFIX error E over N calls`; bench/server/live_compare.py sends one
 more request at the end so the last line covers every decode step. Calls inside torch.compile are not checked.
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ DECODE_TOL, PREFILL_TOL = 8e-2, 3e-2
 
 @pytest.fixture(scope="module")
 def peer():
-    from bench.peers.flashinfer_sm120 import PeerUnavailable, load_peer
+    from bench.kernels.peers.flashinfer_sm120 import PeerUnavailable, load_peer
 
     try:
         return load_peer(REPO / "build" / "peer-flashinfer")

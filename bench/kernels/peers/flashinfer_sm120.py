@@ -176,7 +176,7 @@ class Peer:
 
 def flashinfer_release(src: Path) -> str:
     """The FlashInfer release SRC was laid from (its SOURCES.json)."""
-    from bench.peers.flashinfer_sm120_sources import STAMP
+    from bench.kernels.peers.flashinfer_sm120_sources import STAMP
 
     try:
         return json.loads((Path(src) / STAMP).read_text())["flashinfer"]
@@ -186,7 +186,7 @@ def flashinfer_release(src: Path) -> str:
 
 def load_peer(src: Path) -> Peer:
     """The peer from SRC (flashinfer_sm120_sources + flashinfer_sm120_build); PeerUnavailable says why not."""
-    from bench.peers.flashinfer_sm120_build import library_path
+    from bench.kernels.peers.flashinfer_sm120_build import library_path
 
     src = Path(src)
     if not torch.cuda.is_available():
@@ -195,7 +195,7 @@ def load_peer(src: Path) -> Peer:
     arch = f"sm_{major}{minor}a"
     lib = library_path(src, arch)
     if not lib.exists():
-        raise PeerUnavailable(f"not built for {arch}: expected {lib} (python3 -m bench.peers.flashinfer_sm120_build)")
+        raise PeerUnavailable(f"not built for {arch}: expected {lib} (python3 -m bench.kernels.peers.flashinfer_sm120_build)")
     site = src / "site"
     if str(site) not in sys.path:
         sys.path.insert(0, str(site))

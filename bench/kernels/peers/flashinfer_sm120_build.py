@@ -1,6 +1,6 @@
 """Compile the FlashInfer sparse_mla_sm120 decode, merge and prefill kernels for sm_90a.
 
-    python3 -m bench.peers.flashinfer_sm120_build [--src build/peer-flashinfer[-VERSION]] [--arch sm_90a] [--jobs N]
+    python3 -m bench.kernels.peers.flashinfer_sm120_build [--src build/peer-flashinfer[-VERSION]] [--arch sm_90a] [--jobs N]
                                                    [--only NAME.cu] [--ptxas-verbose]
 
 SRC is what flashinfer_sm120_sources laid out (patched). The translation units are the ones of
@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.peers.flashinfer_sm120_sources import STAMP, default_out, load_spec
+from bench.kernels.peers.flashinfer_sm120_sources import STAMP, default_out, load_spec
 
 NVCC_FLAGS = [  # flashinfer/jit/core.py gen_jit_spec + cpp_ext.build_cuda_cflags, non-debug
     "-std=c++17", "-use_fast_math", "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16",
@@ -92,8 +92,8 @@ RUNTIME_PARTS = ["lib", "site", "sglang", STAMP, "flashinfer/mla", "flashinfer/a
 
 
 def pack_runtime(src: Path, out: Path) -> Path:
-    """OUT: SRC's RUNTIME_PARTS as one checked payload (bench/carry.py; `python3 -m bench.carry install` there)."""
-    from bench.carry import MIB, dir_entries, pack
+    """OUT: SRC's RUNTIME_PARTS as one checked payload (bench/airgapped/carry.py; `python3 -m bench.airgapped.carry install` there)."""
+    from bench.airgapped.carry import MIB, dir_entries, pack
 
     manifest = pack(dir_entries(src, RUNTIME_PARTS), out, {"source": src.name, "kept": RUNTIME_PARTS})
     print(f"packed {out} ({manifest['payload_size'] / MIB:.1f} MiB) from {src}")
@@ -102,7 +102,7 @@ def pack_runtime(src: Path, out: Path) -> Path:
 
 def build(src: Path, arch: str = "sm_90a", jobs: int = 0, only: str | None = None, extra=()) -> Path:
     if not (src / STAMP).exists():
-        raise SystemExit(f"error: expected sources laid out by bench.peers.flashinfer_sm120_sources in {src}, "
+        raise SystemExit(f"error: expected sources laid out by bench.kernels.peers.flashinfer_sm120_sources in {src}, "
                          f"found no {STAMP}")
     units = load_spec()["sources"]
     if only:

@@ -1,6 +1,6 @@
 """Lay out the sources of the FlashInfer sm_120 decode peer (0.7.2, or --flashinfer VERSION), patched for sm_90a.
 
-    python3 -m bench.peers.flashinfer_sm120_sources [--flashinfer 0.7.4] [--out build/peer-flashinfer[-VERSION]]
+    python3 -m bench.kernels.peers.flashinfer_sm120_sources [--flashinfer 0.7.4] [--out build/peer-flashinfer[-VERSION]]
 
 Each wheel named in flashinfer_sm120.json comes through pip's configuration (patchkit's fetch, into
 the shared artifact cache) and must hash as that file says. From them OUT gets: FlashInfer's kernel
@@ -23,13 +23,13 @@ import sys
 import zipfile
 from pathlib import Path
 
-from bench.carry import written_whole
+from bench.airgapped.carry import written_whole
 from patchkit import PatchkitError
 from patchkit.fetch import fetch
 from patchkit.lockfile import Upstream
+from serving import REPO
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 SPEC = HERE / "flashinfer_sm120.json"
 DEFAULT_OUT = REPO / "build" / "peer-flashinfer"
 STAMP = "SOURCES.json"  # what OUT was laid from: the spec's wheels and the patch's bytes

@@ -32,7 +32,7 @@ except Exception as _exc:   # a broken hook must show in the log, not pass silen
     raise
 
 # A server that hangs (e.g. in a CUDA-graph capture) can be asked where: SIGUSR2 writes every thread's Python
-# stack to stderr, i.e. the server log (bench/server_pool.py does so before it kills a server that timed out).
+# stack to stderr, i.e. the server log (bench/server/server_pool.py does so before it kills a server that timed out).
 faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 # Chain to the sitecustomize this one shadows (e.g. a distribution's), as if ours were absent.
