@@ -92,7 +92,7 @@ test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
 # (or point pip at a wheelhouse there: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR; fetching uses pip's own configuration).
 # test_flashinfer_compile.py needs no GPU but depends on the torch version's Dynamo: run it on the runtime's torch too.
 test-gpu:
-	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/test_flashinfer_compile.py
+	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/kernels/test_flashinfer_compile.py
 
 # Every kernel benchmark (bench/kernels/bench_*.py) in turn, as a module of the checkout (python -m
 # bench.kernels.NAME); each prints its command, machine, versions and a table.
@@ -172,7 +172,7 @@ bench-e2e:
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
-	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py tests/test_emulate_sm120.py tests/test_bench_e2e_args.py
+	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
 # GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).

@@ -1,6 +1,6 @@
 """Random DeepSeek-V4 sparse-decode inputs in the real FP8 page layout, and a float64 reference.
 
-Shared by the decode tests (tests/test_mma_decode.py, tests/gpu/, the unpadded-heads cases, the 0.5.23 line's
+Shared by the decode tests (tests/kernels/test_mma_decode.py, tests/gpu/, the unpadded-heads cases, the 0.5.23 line's
 tests) and the decode benches (bench/kernels/decode_timing.py): one page layout, one float64 reference.
 Layout (DeepSeekV4SingleKVPool): a page of P tokens is ceil(P*584/576)*576 bytes; token t's
 448 fp8-e4m3 values at t*576, its 64 bf16 rope values at t*576+448, its 7 UE8M0 scale bytes

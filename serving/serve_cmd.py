@@ -38,7 +38,7 @@ PREFILL_CHUNK = 8192
 
 # The switches of the sm_120 paths the patches live on, each set to the value that keeps the
 # patched code in use, so a stale shell variable cannot route around it. Every SGLANG_* name the
-# series adds must be listed here (tests/test_serve_cmd.py checks it against the patched tree).
+# series adds must be listed here (tests/serving/test_serve_cmd.py checks it against the patched tree).
 OVERLAY_ENV = {
     # P1: the head-tiled MMA sparse-decode kernel (triton = upstream per-head kernel, torch = fallback)
     "SGLANG_SM120_SPARSE_DECODE": "mma",

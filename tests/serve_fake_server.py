@@ -1,4 +1,4 @@
-"""Test double for the sglang server process, driven by tests/test_serve_smoke.py.
+"""Test double for the sglang server process, driven by tests/serving/test_serve_smoke.py.
 
     python tests/serve_fake_server.py MODE --port P [--pid-file F]
 

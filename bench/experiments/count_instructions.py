@@ -5,7 +5,7 @@ CPU and report registers, spills, shared memory and the SASS instruction mix of 
     .venv/bin/python -m bench.experiments.count_instructions [--json FILE] [--configs NAME ...]
         [--extra BLOCK_H,BLOCK_T,warps,stages ...]
 
-The kernel is compiled as tests/test_mma_aot.py compiles it (same signature, production
+The kernel is compiled as tests/kernels/test_mma_aot.py compiles it (same signature, production
 specialisation, unsplit), with the same helpers (harness/aot.py); registers / spills from the ptxas that ships with
 Triton (`-v`, the same PTX); the SASS from its nvdisasm. The main loop is the backward branch whose
 body holds the most HMMA instructions. Counts are per thread (SASS is per warp, one

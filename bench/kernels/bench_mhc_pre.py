@@ -12,7 +12,7 @@ routes' repeats interleaved (fp32, before, fused, fp32, ...).
 --compile-tokens: also under torch.compile inside the graph, which is what `compile_in_capture_mode`
 does during SGLang's capture. --sweep: the one-launch kernel (the eager route) replayed in a graph,
 i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
-(eager and sweep) against float64 over the 2^-8 bound of tests/test_mhc_bf16.py (<= 1 passes).
+(eager and sweep) against float64 over the 2^-8 bound of tests/kernels/test_mhc_bf16.py (<= 1 passes).
 
     python3 -m bench.kernels.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
 """

@@ -35,7 +35,7 @@ relative change of the attention output (two correct kernels' rounding) flipped 
 moved the next-token logprobs by up to 0.27 nats, as much as a subtly broken kernel (the 2026-12-03 live run:
 two correct decode kernels 0.5-0.9 nats apart). With identical experts and top-k weights normalised to a fixed
 sum the MoE output does not depend on which experts are picked, so only the model's smooth part amplifies
-(tests/test_dummy_init.py). The router, the MoE kernels and their shapes run as before.
+(tests/serving/test_dummy_init.py). The router, the MoE kernels and their shapes run as before.
 
 Every tensor gets its own generator seeded from its name (crc32) and SEED, on the tensor's device, so
 the pinned and the patched tree get identical weights on one GPU. It runs where sglang's dummy init

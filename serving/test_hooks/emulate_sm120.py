@@ -16,7 +16,7 @@ chosen sglang modules finish loading:
   every user imports that name, some evaluate it at import (`_is_sm120 = is_sm120_supported()`).
   It is replaced as soon as common.py has run, before anything can import it, so every importer
   and every import-time flag sees True. The modules in SM120_USERS (all modules of the pinned and
-  the patched tree that bind the name or a flag computed from it; tests/test_emulate_sm120.py
+  the patched tree that bind the name or a flag computed from it; tests/serving/test_emulate_sm120.py
   keeps the list complete) are checked again when they load: any binding still holding the real
   answer is rebound, and one line per module says what it holds.
   Not changed: torch.cuda.get_device_capability(), is_blackwell_supported(), the JIT/Triton
@@ -45,7 +45,7 @@ chosen sglang modules finish loading:
 * OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 (TEST ONLY, the live comparison's `torch` reference under CUDA
   graphs) -- the tree's own PyTorch fallback `_sm120_sparse_decode_fwd` is recompiled from its source
   with each boolean-mask assignment `x[mask] = v` done as `x.masked_fill_(mask, v)`: the same values
-  (tests/test_break_decode.py checks bit equality), without index_put's nonzero(), a host sync that
+  (tests/serving/test_break_decode.py checks bit equality), without index_put's nonzero(), a host sync that
   CUDA-graph capture forbids.
 
 Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].

@@ -3,7 +3,7 @@ PyTorch reference on every call of a live server, CUDA-graph replays included.
 
 Why: DeepSeek-V4 rounds the input of its FP8 linears to e4m3, so a correct kernel's last-bit differences flip
 roundings downstream, and two correct kernels' next-token logprobs differ by ~0.5 nats (BENCHMARKS.md, "Live
-logprob comparison", run 9; tests/test_dummy_init.py reproduces it on the CPU). A subtly wrong kernel (sink
+logprob comparison", run 9; tests/serving/test_dummy_init.py reproduces it on the CPU). A subtly wrong kernel (sink
 ignored) hides inside that. Here each call's output is compared with
 the reference on the same inputs instead, so the check does not depend on how much the model amplifies rounding.
 

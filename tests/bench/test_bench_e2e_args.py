@@ -18,7 +18,7 @@ from bench.server import bench_e2e
 from serving import serve_cmd, tiny_model
 from tests.serve_env import import_pinned
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = [sys.executable, "-m", "bench.server.bench_e2e"]   # as `make bench-e2e` runs it, from the checkout root
 FAKE = REPO / "tests" / "serve_fake_server.py"
 

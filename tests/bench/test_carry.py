@@ -14,7 +14,7 @@ import pytest
 
 from bench.airgapped import carry, carry_triton
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def snapshot(root: Path) -> list:

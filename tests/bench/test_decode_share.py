@@ -110,7 +110,7 @@ def test_the_driver_measures_each_server_alone_and_stops_them(tmp_path, profile,
         return measure_server(server, *rest)
     monkeypatch.setattr(decode_share, "measure_server", measure_alone)
 
-    fake = Path(__file__).resolve().parent / "serve_fake_server.py"
+    fake = Path(__file__).resolve().parents[1] / "serve_fake_server.py"
     a = args("--out", str(tmp_path), "--contexts", "131072", "--concurrency", "1,4", "--prompt-len", "16",
              "--output-len", "96", "--profile-steps", str(profile), "--start-timeout", "60")
     # a port range of its own: servers started one at a time would otherwise meet other tests' on theirs

@@ -203,7 +203,7 @@ def test_the_driver_starts_servers_side_by_side_asks_each_and_stops_them(tmp_pat
     from bench.server import server_pool
     from serving import serve_cmd
 
-    fake = Path(__file__).resolve().parent / "serve_fake_server.py"
+    fake = Path(__file__).resolve().parents[1] / "serve_fake_server.py"
     shifts = {"torch": 0.0, "triton": 1e-3, "mma": 1e-3, "pinned": 1e-2, "zero-attn": 2.0, "no-sink": 1.0,
               "drop-split": 0.5}
     errors = {"torch": 0.0, "triton": 3e-3, "mma": 2e-3, "pinned": 3e-3, "zero-attn": 1.0, "no-sink": 0.1,

@@ -7,7 +7,7 @@ from pathlib import Path
 from bench.server import server_pool
 from serving import serve_cmd
 
-FAKE = Path(__file__).resolve().parent / "serve_fake_server.py"
+FAKE = Path(__file__).resolve().parents[1] / "serve_fake_server.py"
 
 
 def test_each_alone_runs_one_server_at_a_time_and_goes_on_past_one_that_fails(tmp_path):

@@ -131,7 +131,7 @@ def test_the_installed_package_ships_every_file_of_the_series_and_runs_export_pr
         assert have == want, sorted(set(want) ^ set(have))
 
     # an upstream checkout holding only the pinned files the patch touches, in repo layout, tagged as the release:
-    # enough for a patch whose PR prints no command needing more of upstream's tree (tests/test_export_pr.py
+    # enough for a patch whose PR prints no command needing more of upstream's tree (tests/pr/test_export_pr.py
     # exports every patch on whole checkouts)
     from patchkit.pr.prdata import load_pr_data
 

@@ -1,7 +1,7 @@
 """`worktree` holds the overlay (new) files, each in the commit of the patch that claims it, so a change can be
 reviewed and edited there whole; `export` writes them back to overlay/LINE/ and round-trips byte for byte.
 On the crafted `demo` upstream (tests/fault_fixtures.py: patch 1 claims demo/extra.py); the real series' round
-trip is tests/test_engine.py::test_worktree_then_export_reproduces_the_series."""
+trip is tests/engine/test_engine.py::test_worktree_then_export_reproduces_the_series."""
 from __future__ import annotations
 
 from patchkit.gitcmd import git

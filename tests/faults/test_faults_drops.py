@@ -14,7 +14,7 @@ import pytest
 from tests.engine_fixtures import snapshot
 from tests.fault_fixtures import PACKAGE, cli, data_snapshot, demo_repo, demo_target, one_line_error
 
-TRAILERS = "Upstream-Status: Pending\nEvidence: none\nTest: tests/test_faults_drops.py"
+TRAILERS = "Upstream-Status: Pending\nEvidence: none\nTest: tests/faults/test_faults_drops.py"
 
 
 def _commit(wt, message: str) -> None:

@@ -13,7 +13,7 @@ import shutil
 from tests.engine_fixtures import snapshot
 from tests.fault_fixtures import EXTRA, PACKAGE, cli, data_snapshot, demo_repo, demo_target, one_line_error
 
-TRAILERS = "Upstream-Status: Pending\nEvidence: none\nTest: tests/test_faults_patchdata.py"
+TRAILERS = "Upstream-Status: Pending\nEvidence: none\nTest: tests/faults/test_faults_patchdata.py"
 SECRET = "a private file outside the repository\n"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-PROBE = Path(__file__).with_name("flashinfer_probe.py")
+PROBE = Path(__file__).resolve().parents[1] / "flashinfer_probe.py"
 
 FAKE_NVCC = """#!/bin/sh
 echo "$*" >> "{log}"

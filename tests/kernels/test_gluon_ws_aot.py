@@ -1,6 +1,6 @@
 """Issue 12 experiment: the warp-specialised Gluon decode kernel (bench/experiments/gluon_ws_decode.py; run on
 the H200 since 2026-12-03, not shipped) compiles ahead of time for sm_120 and sm_90 on the CPU, as
-tests/test_mma_aot.py gates the shipped configs: shared memory <= 101376 bytes (sm_120's per-block limit), no
+tests/kernels/test_mma_aot.py gates the shipped configs: shared memory <= 101376 bytes (sm_120's per-block limit), no
 register spills (ptxas -v), mma.sync and no wgmma, and really warp-specialised (setmaxnreg in the PTX, more warps
 than the 4 it is launched with).
 
@@ -16,7 +16,7 @@ import pytest
 
 from harness.aot import compile_in_subprocess
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
 GATED = ("ws32g1", "ws32g2")

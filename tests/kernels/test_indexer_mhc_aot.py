@@ -1,6 +1,6 @@
 """P3/P4: every shipped MHC-pre and indexer kernel config compiles ahead of time for sm_120 and sm_90, on the CPU.
 
-The sm_120 gate of tests/test_mma_aot.py (with the same compile helpers, harness/aot.py): at most 101376 bytes of
+The sm_120 gate of tests/kernels/test_mma_aot.py (with the same compile helpers, harness/aot.py): at most 101376 bytes of
 shared memory per block, no register spills, and mma.sync only (no wgmma, which sm_120 lacks). The
 configs are read from the overlay modules, so a new entry in INDEXER_CONFIGS or a new MHC tile size
 is checked without touching this file. Compiles run in a subprocess (no TRITON_INTERPRET leak), under each
@@ -21,7 +21,7 @@ import pytest
 from harness.aot import aot_runs, build_report, compile_for_run, compile_kernel
 from harness.upstream import extract_functions, load_kernel, load_module
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INDEXER_FILE, MHC_FILE = "paged_mqa_logits_triton.py", "mhc_pre_triton.py"
 ARCHS = (120, 90)
 SM120_SHARED_LIMIT = 101376

@@ -30,7 +30,7 @@ from harness.aot import (DIV16, MAIN_SIGNATURE, aot_runs, aot_venv, build_report
                          decode_constexprs, error_text, requirements_release)
 from harness.upstream import extract_functions, load_kernel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KERNEL = "flash_mla_sm120_mma.py"
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)

@@ -6,7 +6,7 @@ float64 reference, including inputs that stress the main loop: KV scales spread 
 2^-15..2^0, peaked scores that move the running max mid-row (the lazy rescale), page sizes that
 are not powers of two (the division path). The dispatcher tests run the real pinned (pristine / patched) dispatcher
 in a subprocess and check which kernel the default route and the env switch reach. The op the entry point
-registers (its fake shapes, its eager call) is tests/test_release_custom_op.py's, per line.
+registers (its fake shapes, its eager call) is tests/kernels/test_release_custom_op.py's, per line.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 from harness.upstream import load_kernel, load_module, release_custom_op
 from harness.mma_decode_cases import SCALE_STRIDE, TOKEN_STRIDE, make_case, reference_f64
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
 # bf16 q, bf16 P and a bf16 output: ~2^-8 relative each; the oracle itself is ~1.5e-3 off f64.
@@ -318,7 +318,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("version", ["3.7.1", "3.10.0", "4.0.0"])
 def test_gluon_only_on_the_triton_releases_it_builds_on(mma, version):
-    """Off GLUON_TRITON_RELEASES (3.6, 3.8 and 3.9, where the AOT gate, tests/test_mma_aot.py, builds it)
+    """Off GLUON_TRITON_RELEASES (3.6, 3.8 and 3.9, where the AOT gate, tests/kernels/test_mma_aot.py, builds it)
     every shape, Gluon's included, gets a Triton config: decided by the release, not by a failed compile."""
     assert all(mma.gluon_builds(v) for v in ("3.6.0", "3.6.1", "3.8.0", "3.9.0")) and not mma.gluon_builds(version)
     for heads, batch in ((16, 16), (8, 128), (16, 64), (8, 1), (64, 128)):

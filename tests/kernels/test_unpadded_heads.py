@@ -10,7 +10,7 @@ n_local_heads, the sink it gets is the rank's slice, and the outputs equal the p
 forward's up to rounding. The two calls round differently: the kernel's split count depends on the
 number of head groups, and with 8 heads the rows of a 16-head tile that are not masked are the
 padded call's junk heads, which move the tile's lazy-rescale points. Both are within the kernel's
-bf16 error of the exact result (~2^-8 relative; tests/test_mma_decode.py), so real-head attention
+bf16 error of the exact result (~2^-8 relative; tests/kernels/test_mma_decode.py), so real-head attention
 outputs agree to 2^-7 of their norm (measured 2-3e-3) and the layer outputs, after two more bf16
 matmuls, to 2^-6 (measured 4-7e-3).
 Everything else keeps the padding: extend batches, a GPU other than sm_120, and the per-head

@@ -174,7 +174,7 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
     assert patches, "the series holds no patch"
     for name, up, patch in patches:
         if patch.trailer("Depends-On") or not exportable(patch):
-            continue  # stacked on its dependency's branch: tests/test_export_pr_depends.py; never exported: below
+            continue  # stacked on its dependency's branch: tests/pr/test_export_pr_depends.py; never exported: below
         repo, prefix, tag = checkouts[name], up.get("repo_prefix", ""), up["tag"]
         pr = pr_data(overlay_repo, name).patches[patch.name]
         read = lambda rel: ((overlay_repo / "overlay" / current_line() / rel).read_bytes()  # noqa: E731
@@ -245,7 +245,7 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
 
 
 def test_default_branch_names_are_whole_words():
-    for _, _, patch in all_patches(Path(__file__).resolve().parents[1]):
+    for _, _, patch in all_patches(Path(__file__).resolve().parents[2]):
         name = default_branch(patch)
         words = re.split(r"[^a-z0-9_.]+", patch.subject.lower())
         assert name.startswith("pr/") and len(name) <= 63
@@ -505,7 +505,7 @@ def test_the_unittest_travels_registered_and_its_cpu_part_runs(checkouts, overla
         # (harness.upstream_test: `python3 FILE` as SGLang's CI runs it, against that tree's python/)
         run = lambda root: subprocess.run(  # noqa: E731
             [sys.executable, "-m", "harness.upstream_test", str(root / up.repo_prefix), str(test_file), "-v"],
-            capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1],
+            capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
             env={**os.environ, "TRITON_INTERPRET": "1"})
         green = run(patched)
         assert green.returncode == 0 and "test_cpu_interpreter_small" in green.stderr and "OK" in green.stderr, green.stderr

@@ -14,7 +14,7 @@ import pytest
 from patchkit.pr.export import default_branch
 from patchkit.patchfile import parse_patch
 from tests.rebase_cases import repo_copy
-from tests.test_export_pr import all_patches, body_of, checkouts, cli, git, pr_data  # noqa: F401  (checkouts is a fixture)
+from tests.pr.test_export_pr import all_patches, body_of, checkouts, cli, git, pr_data  # noqa: F401  (checkouts is a fixture)
 
 
 @pytest.fixture(scope="module")

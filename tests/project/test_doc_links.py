@@ -2,7 +2,7 @@
 
 The texts: README.md, ARCHITECTURE.md, BENCHMARKS.md, CHANGELOG.md, every Markdown guide or note (docs/, bench/,
 the run records), each patch's header and each upstream-pr.toml. What they cite: Markdown links (`[x](path#anchor)`),
-bare `FILE.md#anchor` references, and repository paths in backticks (`tests/test_engine.py::test_x`). A renamed
+bare `FILE.md#anchor` references, and repository paths in backticks (`tests/engine/test_engine.py::test_x`). A renamed
 file, a moved section or a heading reworded under a citation fails here, naming the text, the line and the target.
 Raw outputs (bench/runs/ but each run's RUN.md and the INDEX.md) are not texts of the project: they are recorded as they were printed.
 """
@@ -14,15 +14,15 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from tests.test_docs_consistency import repo_files, slug
+from tests.project.test_docs_consistency import repo_files, slug
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Top-level directories whose paths a text may cite in backticks (build/ and venvs are outputs, not sources).
 CITABLE = ("patchkit", "serving", "harness", "bench", "tests", "docs", "overlay", "patches", "lint", ".ci")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 MD_REF = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md)#([\w-]+)")
 CODE_PATH = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(re.escape(d) for d in CITABLE))
-# The same outside backticks, where a file is named in prose: `docs/usage.md`, tests/test_engine.py.
+# The same outside backticks, where a file is named in prose: `docs/usage.md`, tests/engine/test_engine.py.
 BARE_PATH = re.compile(r"(?<![\w/.`-])((?:%s)/[\w./{},*-]*\.(?:md|py|toml|txt|json|sh|patch|png))(?!\.?[\w`])"
                        % "|".join(re.escape(d) for d in CITABLE))
 # Placeholders a text writes in a path's place (patches/<line>/..., overlay/NAME/): not a citation of one file.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.saved_results import ARCHIVED_SUMS, index_parts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "runs"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Directories whose every module ARCHITECTURE.md's layout describes, one line each.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PARTS = ("patchkit", "serving", "harness", "bench", "lint")
 # part -> the parts of this repository it may import (itself always)
 ALLOWED = {

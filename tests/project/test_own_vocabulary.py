@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.test_docs_consistency import repo_files
+from tests.project.test_docs_consistency import repo_files
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LENDING = re.compile("|".join(p.replace(" ", r"\s+") for p in [
     r"\$OUT\b",                                   # the lent machine's output folder
     r"\bdevice (?:call|time|command)s?\b",
@@ -42,7 +42,7 @@ def lending_words(files: dict[str, str]) -> list[str]:
 def project_texts() -> dict[str, str]:
     out = {}
     for f in repo_files():
-        if raw_output(f) or f == "tests/test_own_vocabulary.py":
+        if raw_output(f) or f == "tests/project/test_own_vocabulary.py":
             continue
         data = (REPO / f).read_bytes()
         if b"\0" not in data[:4096]:

@@ -272,7 +272,7 @@ def test_a_patch_on_a_moved_module_is_refreshed_at_the_new_path_with_its_overlay
         tmp_path, pristine_wheel("sglang").read(old), old,
         lambda b: b.replace(b"Grid: (B, H)", b"Grid: (B, H); see flash_mla_sm120_helper", 1),
         "test: a docstring note on the moved kernel\n\nbody\n\nUpstream-Status: Pending\nEvidence: none\n"
-        f"Test: tests/test_rebase.py\nOverlay: {helper}\nReached-If: {old} ~ _tiled_sparse_decode_kernel\n")
+        f"Test: tests/rebase/test_rebase.py\nOverlay: {helper}\nReached-If: {old} ~ _tiled_sparse_decode_kernel\n")
     series_dir = repo / "patches" / "0.5.14" / "sglang"
     for f in series_dir.glob("*.patch"):
         f.unlink()

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import LOCK, REPO
 from tests.rebase_cases import repo_copy
 from tests.rebase_release_cases import DISPATCHER, DISPATCHER_0_5_16, MODEL, P1, P4, P7, patch_of, result_of
-from tests.test_rebase import cli
+from tests.rebase.test_rebase import cli
 from patchkit.rebase.matrix import parse_markdown
 from patchkit.series import load_series
 

@@ -15,7 +15,7 @@ from patchkit.lockfile import load_lock
 from patchkit.rebase.pins import follow
 from tests.conftest import REPO
 from tests.rebase_cases import repo_copy
-from tests.test_rebase import cli, data_snapshot
+from tests.rebase.test_rebase import cli, data_snapshot
 
 LINE = "0.5.23"
 LOCK = load_lock(REPO / "pin.lock", LINE)

@@ -12,7 +12,7 @@ from patchkit.rebase.reach import FILE, load_partly
 from patchkit.series import load_series
 from tests.conftest import REPO, pristine_wheel
 from tests.rebase_cases import repo_copy
-from tests.test_rebase import cli, data_snapshot
+from tests.rebase.test_rebase import cli, data_snapshot
 
 SUBJECT = "dsv4: run the MHC-pre mixing linear in bf16 on tensor cores"
 

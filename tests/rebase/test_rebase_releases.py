@@ -2,7 +2,7 @@
 
 One dry run carries the series to 0.5.23 keeping P7 (superseded there) so its clean merge is checked; the
 rest reads single files out of the 0.5.19 / 0.5.20 / 0.5.23 wheels. The matrix tests
-(tests/test_rebase_matrix.py) cover the 0.5.16 and 0.5.23 columns, renames, supersession and pins.
+(tests/rebase/test_rebase_matrix.py) cover the 0.5.16 and 0.5.23 columns, renames, supersession and pins.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import LOCK, REPO, pristine_wheel
 from tests.rebase_cases import repo_copy
 from tests.rebase_release_cases import DISPATCHER, INDEXER, MODEL, P1, P4, P7, patch_of, reader, release, result_of
-from tests.test_rebase import cli
+from tests.rebase.test_rebase import cli
 from patchkit.conditions import (conditions_of, parse_condition, pin_problems, replacements_of, stale_reasons,
                                  superseded_by, unreached_reasons)
 from patchkit.series import load_series

@@ -24,7 +24,7 @@ from serving import bundle, bundle_rezip, bundle_slim
 from serving.bundle_manifest import MANIFEST, PAYLOAD, BundleError, sha256_file
 from tests.conftest import pristine_wheel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 HERE_PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 KERNEL_MEMBERS = {

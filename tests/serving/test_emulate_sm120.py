@@ -21,7 +21,7 @@ import pytest
 from serving.test_hooks import emulate_sm120
 from tests.serve_env import import_pinned
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOOKS = REPO / "serving" / "test_hooks" / "boxhooks"
 
 IMPORT_BINDING = re.compile(r"^(?:from\s+\S+\s+import\s+[^\n]*\bis_sm120_supported\b|\s+is_sm120_supported,\s*$)",

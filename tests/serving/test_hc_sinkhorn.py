@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from harness.upstream import load_module  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IMPL = REPO / "serving" / "test_hooks" / "hc_sinkhorn.py"
 MHC = "sglang/srt/layers/mhc.py"
 ATOL, RTOL = 2e-6, 2e-5

@@ -15,7 +15,7 @@ from serving import serve_cmd, tiny_model
 from tests.serve_env import import_pinned
 from harness.upstream import extract_functions
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REAL = dict(model="deepseek-ai/DeepSeek-V4-Flash", tp=4, port=31234, context=131072)
 
 

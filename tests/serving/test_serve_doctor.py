@@ -9,7 +9,7 @@ import pytest
 
 from serving import doctor
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PINS = {"sglang": "0.5.14", "flashinfer-python": "0.6.12", "torch": "2.11.0", "triton": "3.6.0"}
 VENV = Path("/opt/venv-sglang")
 

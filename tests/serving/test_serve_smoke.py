@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-FAKE = Path(__file__).with_name("serve_fake_server.py")
+REPO = Path(__file__).resolve().parents[2]
+FAKE = Path(__file__).resolve().parents[1] / "serve_fake_server.py"
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ mma keeps its own), window + compressed caches and top-k 2048; then a CUDA-graph
 The tree: P1_TREE (a slice of the patched 0.5.23 tree, `python -m tests.line_0_5_23.p1_tree slice
 build/site-0.5.23 DIR`, for a GPU machine that cannot take both 0.5.23 wheels) or the patched tree from the pinned
 wheels. The kernels run on the machine's Triton (the H200 machine: 3.6, so the Gluon path is live there for 8/16 heads
-from 16 rows; under 0.5.23's own 3.8 every shape takes a Triton config, tests/test_mma_aot.py).
+from 16 rows; under 0.5.23's own 3.8 every shape takes a Triton config, tests/kernels/test_mma_aot.py).
 """
 from __future__ import annotations
 
