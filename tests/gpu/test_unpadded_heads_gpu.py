@@ -36,7 +36,7 @@ def _rel(a, b):
 @pytest.mark.parametrize("heads", [8, 16, 32])
 @pytest.mark.parametrize("batch", [1, 16, 128])
 def test_padded_and_real_heads_agree(mma, heads, batch):
-    from tests import p7_heads_cases as P
+    from tests import unpadded_heads_cases as P
 
     case = make_case(batch, heads, 128, extra_topk=512, seed=heads + batch, device="cuda", num_pages=16)
     kw = case.kwargs()
@@ -61,7 +61,7 @@ def test_padded_and_real_heads_agree(mma, heads, batch):
 
 @pytest.mark.parametrize("tp_size", [2, 4, 8])
 def test_model_forward_real_heads_matches_padded(pristine_root, patched_root, tp_size):
-    from tests import p7_heads_cases as P
+    from tests import unpadded_heads_cases as P
 
     mine = P.run_forward(patched_root, patched_root, tp_size=tp_size, mode="decode", tokens=16, device="cuda")
     padded = P.run_forward(pristine_root, patched_root, tp_size=tp_size, mode="decode", tokens=16, device="cuda")

@@ -1,7 +1,7 @@
 """P7 red/green: at TP > 1 the sm_120 MMA decode call gets the rank's real query heads, not 64.
 
 Runs the real `MQALayer.forward` compiled out of the pristine and the patched deepseek_v4.py (see
-tests/p7_heads_cases.py for what is real and what stands in), for one rank at TP = 2 / 4 / 8
+tests/unpadded_heads_cases.py for what is real and what stands in), for one rank at TP = 2 / 4 / 8
 (32 / 16 / 8 heads), on a CPU: sm_120 is simulated, the attention is the patched tree's real
 dispatcher running the MMA kernel under TRITON_INTERPRET=1 on a small window + c4 cache.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import p7_heads_cases as P
+from tests import unpadded_heads_cases as P
 
 ATTN_REL, LAYER_REL = 2.0 ** -7, 2.0 ** -6
 

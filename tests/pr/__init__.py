@@ -1,1 +1,1 @@
-"""Tests of pr."""
+"""Tests of export-pr: one patch as an upstream branch and PR body, and the claims it makes."""
