@@ -106,7 +106,7 @@ def cmd_check(engine, args) -> int:
     if not args.line:
         copies = copies_problems(engine.repo, lines)
         print(f"lines {', '.join(lines)}: {COPIES}: " + ("FAIL: " + "; ".join(copies) if copies else
-                                                          "ok (same-name overlay files agree or say why not)"))
+                                                          "ok (same-name overlay files and upstream tests agree or say why not)"))
         failed |= bool(copies)
     return 1 if failed else 0
 

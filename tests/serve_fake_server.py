@@ -1,4 +1,4 @@
-"""Test double for the sglang server process, driven by tests/test_serve_smoke.py.
+"""Test double for the sglang server process, driven by tests/serving/test_serve_smoke.py.
 
     python tests/serve_fake_server.py MODE --port P [--pid-file F]
 
@@ -11,7 +11,7 @@ Modes:
   logprobs      `good`, and /generate with return_logprob answers sglang's logprob fields (a batch of
                 input_ids lists: a list of answers), from a fixed pseudo-random table (FAKE_SHIFT adds to it);
                 each such request logs the kernel check's line with the error FAKE_SHADOW, as
-                serving/shadow_decode.py does in a real server
+                serving/test_hooks/shadow_decode.py does in a real server
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench/tree_slice.py: what a GPU machine without the 0.5.23 wheels gets, and that the P1 and P3 benches run
+"""bench/airgapped/tree_slice.py: what a GPU machine without the 0.5.23 wheels gets, and that the P1 and P3 benches run
 from it (bench_mma_decode --tree, bench_mhc_pre --pristine-root/--patched-root), on a CPU (Triton's interpreter)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import hashlib
 import pytest
 import torch
 
-from bench import bench_mma_decode as bm
-from bench import tree_slice
+from bench.kernels import bench_mma_decode as bm
+from bench.airgapped import tree_slice
 from harness import dsv4_indexer_cases as C
 
 
@@ -46,7 +46,7 @@ def test_ours_from_the_slice_matches_float64(slices, rows):
 
 
 def test_load_ours_names_a_slice_without_the_kernel(tmp_path):
-    with pytest.raises(SystemExit, match=r"--tree: expected .*flash_mla_sm120_mma.py \(python3 -m bench.tree_slice"):
+    with pytest.raises(SystemExit, match=r"--tree: expected .*flash_mla_sm120_mma.py \(python3 -m bench.airgapped.tree_slice"):
         bm.load_ours(tmp_path)
 
 
