@@ -13,7 +13,11 @@ request is read by the upstream project. So what goes upstream is data of its ow
     motivation = "..."               # PR Motivation, and the commit body
     modifications = [{path = "pkg/mod.py", what = "..."}]   # one line per file the commit touches (wheel layout)
     test = {file = "upstream-tests/test_x.py", dest = "test/registered/kernels/test_x.py", parts = ["gpu"]}
-                                     # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one)
+                                     # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one);
+                                     # runner (optional, default "python3"): what the body's test command runs
+                                     # the file with, as the upstream project's CI does ("pytest")
+    related = [{ref = "owner/repo#123", why = "..."}]   # public issues/PRs the PR relates to (its template's
+                                     # Related Issues section, else after the motivation)
     facts = {releases = "pkg/mod.py:RELEASES"}   # {releases} in any text = that module-level literal of
                                      # the exported file (a tuple reads "3.6 and 3.8"): stated from the code
     [patch.reproduce]                # commands that run in a checkout of the upstream project alone
@@ -44,7 +48,8 @@ from ..paths import clean_relpath
 
 DATA_FILE = "upstream-pr.toml"
 _PATCH_KEYS = {"file", "label", "title", "motivation", "modifications", "test", "facts", "reproduce", "accuracy",
-               "benchmark"}
+               "benchmark", "related"}
+_REF_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+#[1-9][0-9]*")
 _RESULT_KEYS = {"result", "command", "gpu", "versions", "date", "source", "harness", "model"}
 HARNESSES = ("upstream", "standalone")
 TEST_PARTS = ("cpu", "gpu")
@@ -67,6 +72,12 @@ class Measured:
 
 
 @dataclass
+class Related:
+    ref: str        # owner/repo#N: GitHub links it in any repository
+    why: str
+
+
+@dataclass
 class UpstreamPR:
     file: str
     title: str
@@ -75,6 +86,8 @@ class UpstreamPR:
     test_file: Path | None = None             # the upstream-style unittest this PR adds
     test_dest: str = ""                       # where it goes in the upstream repo (repo layout)
     test_parts: tuple[str, ...] = ()          # what of it runs without a GPU ("cpu") and with one ("gpu")
+    test_runner: str = "python3"              # what runs the test file in the upstream project ("pytest")
+    related: list[Related] = field(default_factory=list)
     label: str = ""                           # this repository's name for it (README); never exported
     facts: dict[str, tuple[str, str]] = field(default_factory=dict)   # name -> (wheel path, module constant)
     reproduce: dict[str, str] = field(default_factory=dict)          # REPRODUCE_KEYS -> upstream command
@@ -145,6 +158,18 @@ def _reproduce(where: str, raw) -> dict[str, str]:
     return {k: _str(f"{where}: reproduce", raw[k], k).strip() for k in REPRODUCE_KEYS if k in raw}
 
 
+def _related(where: str, raw) -> list[Related]:
+    if not isinstance(raw, list):
+        raise PatchkitError(f"{where}: related: expected a list of {{ref, why}} tables, found {raw!r}")
+    out = []
+    for r in raw:
+        if not isinstance(r, dict) or set(r) != {"ref", "why"} or not isinstance(r["ref"], str) \
+                or not _REF_RE.fullmatch(r["ref"]):
+            raise PatchkitError(f"{where}: related: expected {{ref = \"owner/repo#N\", why = \"...\"}}, found {r!r}")
+        out.append(Related(r["ref"], _str(f"{where}: related", r["why"], "why").strip()))
+    return out
+
+
 def load_pr_data(series_dir: Path) -> SeriesPRData | None:
     """The series' upstream-pr.toml, schema-checked; None if the series has none."""
     path = Path(series_dir) / DATA_FILE
@@ -174,10 +199,11 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
                 raise PatchkitError(f"{where}: modifications: expected {{path, what}} tables, found {m!r}")
             mods[clean_relpath(_str(where, m["path"], "path"), f"{where}: modifications")] = _str(where, m["what"], "what")
         test = p.get("test")
-        test_file, test_dest, test_parts = None, "", ()
+        test_file, test_dest, test_parts, runner = None, "", (), "python3"
         if test is not None:
-            if not isinstance(test, dict) or set(test) != {"file", "dest", "parts"}:
-                raise PatchkitError(f"{where}: test: expected {{file, dest, parts}}, found {test!r}")
+            if not isinstance(test, dict) or not {"file", "dest", "parts"} <= set(test) <= {"file", "dest", "parts", "runner"}:
+                raise PatchkitError(f"{where}: test: expected {{file, dest, parts[, runner]}}, found {test!r}")
+            runner = _str(where, test.get("runner", "python3"), "runner").strip()
             test_file = Path(series_dir) / clean_relpath(_str(where, test["file"], "file"), f"{where}: test.file")
             test_dest = clean_relpath(_str(where, test["dest"], "dest"), f"{where}: test.dest")
             if not test_file.is_file():
@@ -191,7 +217,8 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
         patches[name] = UpstreamPR(
             file=name, title=_str(where, p.get("title"), "title"),
             motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
-            test_file=test_file, test_dest=test_dest, test_parts=test_parts,
+            test_file=test_file, test_dest=test_dest, test_parts=test_parts, test_runner=runner,
+            related=_related(where, p.get("related", [])),
             label=_str(where, p.get("label"), "label", required=False),
             facts=_facts(where, p.get("facts", {})), reproduce=_reproduce(where, p.get("reproduce", {})),
             accuracy=[_measured(f"{where}: accuracy", a, False) for a in p.get("accuracy", [])],
