@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +25,8 @@ from .body import Stack, commit_message, pr_body, test_description, title
 from .carry import carried_change
 from .claims import fact_values, file_hits, fill_facts, missing_targets
 from .prdata import DATA_FILE, load_pr_data
+from .retired import load_records, reach_warnings, verdict
+from ..rebase.reach import load_partly
 from .template import DEFAULT_TEMPLATE, TEMPLATE_PATHS
 
 BRANCH_MAX = 60   # characters after 'pr/': whole words only
@@ -103,21 +106,33 @@ def base_reader(repo: Path, commit: str, prefix: str):
     return read
 
 
-def status_gate(patch, force: bool, read=None) -> None:
-    """Refuse what is not for upstream: Inappropriate never; already upstream, or superseded on the base (its
-    Superseded-By replacements all found there, through `read`), without --force."""
+def upstream_has(patch, read, records=(), own_line: str = "") -> str | None:
+    """Why upstream needs no PR of this patch on the base (`read`): its Upstream-Status says Backport, its
+    Superseded-By trailers all match there, or a line's retired.toml record matches there; None otherwise."""
+    found = superseded_by(replacements_of(patch.trailers, f"{patch.name}: "), read) if read else None
+    if found:
+        return f"superseded by upstream's {', '.join(found)} on the base"
+    recorded = verdict(patch, own_line, list(records), read) if read else None
+    if recorded:      # names upstream's definition: more use to the reader than the status alone
+        return recorded
+    status = (patch.trailer("Upstream-Status") or [""])[0]
+    if status.lower().startswith("backport"):
+        return f"Upstream-Status: {status}: upstream already has this change"
+    return None
+
+
+def status_gate(patch, force: bool, read=None, records=(), own_line: str = "") -> None:
+    """Refuse what is not for upstream: Inappropriate never; already upstream, superseded on the base (its
+    Superseded-By replacements all found there, through `read`) or recorded as such or as retired by a line's
+    retired.toml, without --force."""
     status = (patch.trailer("Upstream-Status") or [""])[0]
     if status.lower().startswith("inappropriate"):
         raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: not meant for upstream, never exported")
     if force:
         return
-    if status.lower().startswith("backport"):
-        raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: upstream already has this change; "
-                            "pass --force to export it anyway")
-    found = superseded_by(replacements_of(patch.trailers, f"{patch.name}: "), read) if read else None
-    if found:
-        raise PatchkitError(f"export-pr: {patch.name}: superseded by upstream's {', '.join(found)} on the base; "
-                            "pass --force to export it anyway")
+    why = upstream_has(patch, read, records, own_line)
+    if why:
+        raise PatchkitError(f"export-pr: {patch.name}: {why}; pass --force to export it anyway")
 
 
 def chain_of(series, index: int) -> list[int]:
@@ -226,7 +241,7 @@ class Planned:
 
 
 def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_name, template, stack, branch,
-             body_path):
+             body_path, has=lambda p: None):
     up = engine.lock.upstream(name)
     prefix = up.repo_prefix or ""
     patch = series.patches[index]
@@ -236,7 +251,7 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
                             f"{series.patches[index].path.parent / DATA_FILE}, found none")
     pristine = engine.pristine(name)
     read = reader(repo, parent)
-    change = carried_change(series, index, pristine, lambda rel: read(prefix + rel), parent_name, prefix)
+    change = carried_change(series, index, pristine, lambda rel: read(prefix + rel), parent_name, prefix, has)
     for rel in patch.overlay:
         if read(prefix + rel) is not None:
             raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {prefix}{rel} "
@@ -317,8 +332,21 @@ def run(engine, args) -> int:
     template = template_at(repo, base_commit)
     chain = chain_of(series, index) if args.series else [index]
     patches = [series.patches[i] for i in chain]
+    read_base = base_reader(repo, base_commit, up.repo_prefix)
+    records = load_records(engine.patches_root.parent, name)
+    has = lambda p: upstream_has(p, read_base, records, engine.lock.line)  # noqa: E731
+    if args.series:   # what the base already has needs no PR of its own: the stack starts after it
+        dropped = [p for p in patches[:-1] if has(p)]
+        for p in dropped:
+            print(f"export-pr: {p.name} is not exported: {has(p)}")
+        chain = [i for i in chain if series.patches[i] not in dropped]
+        patches = [series.patches[i] for i in chain]
     for p in patches:
-        status_gate(p, args.force, base_reader(repo, base_commit, up.repo_prefix))
+        status_gate(p, args.force, read_base, records, engine.lock.line)
+    partly = load_partly(series.patches[index].path.parent, series.patches, lambda _msg: None)
+    for p in patches:
+        for w in reach_warnings(p, partly.get(p.name), read_base):
+            print(f"export-pr: warning: {p.name} is {w}; exported all the same", file=sys.stderr)
     if args.body and Path(args.body).exists():   # the user's file: never overwritten (the default lives under build/)
         raise PatchkitError(f"export-pr: --body {args.body}: expected a new file, found an existing one; "
                             "pass another path or remove it; nothing written")
@@ -326,7 +354,9 @@ def run(engine, args) -> int:
     # Where the first branch of the chain starts: the base, or (a lone patch with Depends-On) the branch
     # of the last patch it needs, which must already exist and contain the base.
     parent, parent_name, parent_pr = base_commit, base_name, None
-    deps = patches[0].trailer("Depends-On")
+    # a dependency the base already has is no branch to build on
+    deps = [d for d in patches[0].trailer("Depends-On")
+            if not has(series.patches[[p.name for p in series.patches].index(d)])]
     if deps:
         order = [p.name for p in series.patches]
         dep = series.patches[max(order.index(d) for d in deps)]
@@ -354,7 +384,7 @@ def run(engine, args) -> int:
         stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
         body_path = Path(args.body) if args.body else body_dir(engine, repo) / (branch.replace("/", "-") + ".md")
         planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template, stack,
-                                branch, body_path))
+                                branch, body_path, has))
         # the next patch of the stack builds on this one: plan it against this commit's tree
         parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
         parent_name, parent_pr = branch, (branch, planned[-1].title)
