@@ -237,9 +237,11 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             assert_upstream_clean(message, f"{patch.name}'s commit message")
             if pr.test_file:
                 assert_upstream_clean(git(repo, "show", f"{branch}:{pr.test_dest}"), f"{patch.name}'s unittest")
-            # the command ends by saying how to publish it
-            assert f"push -u origin {branch}" in proc.stdout
-            assert re.search(rf"gh pr create --repo [\w-]+/[\w-]+ --base main --head {re.escape(branch)} --title ", proc.stdout)
+            # the command ends by saying how to publish it: to the fork's remote (none here: it says how to add
+            # one), and a PR from the fork's branch into upstream
+            assert f"push -u fork {branch}" in proc.stdout and "remote add fork https://github.com/OWNER/" in proc.stdout
+            assert re.search(rf"gh pr create --repo [\w-]+/[\w-]+ --base main --head OWNER:{re.escape(branch)} --title ",
+                             proc.stdout)
         finally:
             delete_branches(repo, branch)
 

@@ -45,6 +45,11 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="export a patch marked as already upstream (Backport) or superseded (Superseded-By)")
     p.add_argument("--branch", metavar="NAME", help="default: pr/<the patch subject, whole words>")
+    p.add_argument("--remote", metavar="NAME", default="fork",
+                   help="your fork's remote in the checkout, for the printed push command (default: fork; origin is "
+                        "upstream itself in a plain clone)")
+    p.add_argument("--owner", metavar="OWNER", help="your fork's owner for gh pr create --head OWNER:BRANCH "
+                                                    "(default: read from the remote's GitHub URL)")
     p.add_argument("--body", metavar="FILE", help="where to write the PR body (default: build/pr/<branch>.md; "
                    "installed, outside a checkout: the upstream checkout's .git/pr-bodies/)")
     p.set_defaults(func=run)
@@ -315,8 +320,30 @@ def stated(pr, values: dict[str, str], where: str):
 
 
 def _github_repo(url: str) -> str:
-    m = re.match(r"https?://github\.com/([^/]+/[^/.]+)", url or "")
+    """owner/name of a GitHub URL (https or ssh form), '' for anything else."""
+    m = re.match(r"(?:https?://github\.com/|git@github\.com:|ssh://git@github\.com/)([^/]+/[^/]+?)(?:\.git)?/?$", url or "")
     return m.group(1) if m else ""
+
+
+def publish_commands(repo: Path, planned, remote: str, owner: str | None, gh_repo: str, gh_base: str) -> list[str]:
+    """The push to the user's fork and the `gh pr create` of each branch, from the fork (OWNER:BRANCH) into
+    upstream; a missing remote, or one that is upstream itself, is said, with the command that fixes it."""
+    url = checkout_git(repo, "remote", "get-url", remote, check=False).stdout.strip()
+    out = []
+    if not url:
+        out.append(f"(no remote '{remote}' in {repo}: add your fork first, e.g. git -C {shlex.quote(str(repo))} remote "
+                   f"add {remote} https://github.com/OWNER/{gh_repo.split('/')[-1] if gh_repo else 'REPO'})")
+    elif gh_repo and _github_repo(url).lower() == gh_repo.lower():
+        out.append(f"(the remote '{remote}' is upstream itself ({url}): pass --remote with your fork's remote)")
+    owner = owner or (_github_repo(url).split("/")[0] if _github_repo(url) and _github_repo(url).lower() != gh_repo.lower()
+                      else "OWNER")
+    if owner == "OWNER":
+        out.append("(replace OWNER with your fork's owner, or pass --owner)")
+    out.append("to publish (push to your fork, then open the PRs against upstream):")
+    out += [f"  git -C {shlex.quote(str(repo))} push -u {shlex.quote(remote)} {pl.branch}" for pl in planned]
+    out += [f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {owner}:{pl.branch} "
+            f"--title {shlex.quote(pl.title)} --body-file {shlex.quote(str(pl.body_path))}" for pl in planned]
+    return out
 
 
 def run(engine, args) -> int:
@@ -410,10 +437,6 @@ def run(engine, args) -> int:
         print(f"export-pr: {repo}: branch {pl.branch} = {pl.commit[:12]} on {base_name} ({len(pl.files)} file(s): {', '.join(pl.files)}), "
               f"author {who}")
         print(f"export-pr: PR body written to {pl.body_path}")
-    print("to publish (push to your fork's remote, then open the PRs):")
-    for pl in planned:
-        print(f"  git -C {shlex.quote(str(repo))} push -u origin {pl.branch}")
-    for pl in planned:
-        print(f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {pl.branch} "
-              f"--title {shlex.quote(pl.title)} --body-file {shlex.quote(str(pl.body_path))}")
+    for line in publish_commands(repo, planned, args.remote, args.owner, gh_repo, gh_base):
+        print(line)
     return 0

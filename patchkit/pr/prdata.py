@@ -202,7 +202,7 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
         test_file, test_dest, test_parts, runner = None, "", (), "python3"
         if test is not None:
             if not isinstance(test, dict) or not {"file", "dest", "parts"} <= set(test) <= {"file", "dest", "parts", "runner"}:
-                raise PatchkitError(f"{where}: test: expected {{file, dest, parts[, runner]}}, found {test!r}")
+                raise PatchkitError(f"{where}: test: expected {{file, dest, parts}} and optionally runner, found {test!r}")
             runner = _str(where, test.get("runner", "python3"), "runner").strip()
             test_file = Path(series_dir) / clean_relpath(_str(where, test["file"], "file"), f"{where}: test.file")
             test_dest = clean_relpath(_str(where, test["dest"], "dest"), f"{where}: test.dest")
