@@ -21,7 +21,10 @@ GETTERS = [
     (
         "get_fp4_quantization_module",
         ("90",),
-        ("flashinfer.quantization.fp4_quantization", "gen_fp4_quantization_sm90_module"),
+        (
+            "flashinfer.quantization.fp4_quantization",
+            "gen_fp4_quantization_sm90_module",
+        ),
     ),
     (
         "get_fp4_kv_quantization_module",
@@ -53,7 +56,9 @@ def test_getter_runs_eagerly_in_a_compiled_caller(monkeypatch, name, args, gener
         if count_call():
             raise _Stop
 
-    monkeypatch.setattr(importlib.import_module(generator[0]), generator[1], fake_generator)
+    monkeypatch.setattr(
+        importlib.import_module(generator[0]), generator[1], fake_generator
+    )
     getter = getattr(fp4, name)
     getter.cache_clear()
 

@@ -161,7 +161,8 @@ def _load_tile(
     POW2_PAGES: tl.constexpr,
 ):
     """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
-    [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T]."""
+    [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T].
+    """
     valid = idx >= 0
     idx = tl.where(valid, idx, 0)
     base = main_u8
@@ -563,7 +564,8 @@ def _g_pow2(e):
 def _g_fp8_bits_to_bf16(raw):
     """e4m3 bytes -> bf16 holding value * 2^-120, exact for normals and subnormals: the byte's
     exponent and mantissa bits move to bf16 bits 4..10 and its sign to bit 15 (integer pipe only,
-    no conversion-pipe instructions). Callers fold 2^120 into the scale they apply anyway."""
+    no conversion-pipe instructions). Callers fold 2^120 into the scale they apply anyway.
+    """
     return gl.inline_asm_elementwise(
         """{
         .reg .b32 t0, t1, u0, u1, v0, v1;
@@ -1268,7 +1270,8 @@ def pick_triton_config(
     small 4-warp 16 x 16 tiles split finely while rows x heads are few
     (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
     twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads; with the
-    release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them."""
+    release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them.
+    """
     if not tuned_for(triton_version):
         return UNTUNED_RELEASE_CONFIG
     rule = shape_rule(sms)
@@ -1304,7 +1307,8 @@ def combine_launch(batch: int, num_heads: int, num_splits: int):
     columns that load every split at once (latency: 9.5 against 23.6 us for the whole call at
     batch 1, 64 heads, 20 splits); with many rows, 16 heads x 512 columns stepping one split at a
     time (31.0 us at batch 16 against 38.7 for 16 x 128 programs loading 4 splits at once, whose
-    cross-split reduction goes through shared memory, and 39.4 for the one-head programs)."""
+    cross-split reduction goes through shared memory, and 39.4 for the one-head programs).
+    """
     if batch * num_heads <= _WIDE_COMBINE_MAX_ROW_HEADS:
         bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
     else:
@@ -1363,9 +1367,8 @@ def mma_sparse_decode(
     `num_splits` override the shape table (benchmarks and tests use them).
     """
     B, s_q, H, D = q.shape
-    assert s_q == 1 and D == _D.value, (
-        f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
-    )
+    wanted = f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
+    assert s_q == 1 and D == _D.value, wanted
     assert k_cache.element_size() == 1 and k_cache.shape[-1] == _TOKEN_BYTES.value
     has_extra = extra_k_cache is not None and extra_indices is not None
     q3 = q.reshape(B, H, D)
@@ -1443,9 +1446,11 @@ def mma_sparse_decode(
         extra_u8,
         extra_idx,
         extra_idx.stride(0),
-        extra_topk_length
-        if (has_extra and extra_topk_length is not None)
-        else dummy_len,
+        (
+            extra_topk_length
+            if (has_extra and extra_topk_length is not None)
+            else dummy_len
+        ),
         extra_idx.shape[1] if has_extra else 0,
         extra_page,
         extra_page_bytes,
