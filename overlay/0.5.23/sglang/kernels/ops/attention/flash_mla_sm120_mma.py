@@ -1,7 +1,7 @@
 """Sparse MLA decode for DeepSeek-V4 on sm_120, with heads as the MMA M dimension.
 
 Drop-in for `flash_mla_sparse_decode_triton` (flash_mla_sm120_triton.py): same arguments,
-same `(out [B,1,H,512] bf16, lse [B,H,1] f32)` result. The upstream kernel runs one program
+same `(out [B,1,H,512] bf16, lse [B,H,1] f32)` result. That kernel runs one program
 per (row, head), so each KV token is gathered and dequantised once per head and scored with
 CUDA-core FMAs; the two caches then take two launches plus ~20 torch ops to merge and sink.
 
@@ -803,7 +803,6 @@ def _gluon_sparse_decode_kernel(
     Q_SMEM: gl.constexpr,
     BITS: gl.constexpr,
     DQ: gl.constexpr,
-    PAD: gl.constexpr,
 ):
     BLOCK_H: gl.constexpr = 16
     MMA: gl.constexpr = gl.NVMMADistributedLayout(
@@ -898,15 +897,6 @@ def _gluon_sparse_decode_kernel(
     else:
         kbf_s = 0
     DQ_L: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [NUM_WARPS, 1], [1, 0])
-    PAD_L: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    if PAD > 0:
-        # Benchmark-only: unused shared memory that limits programs per SM (an sm_120 occupancy proxy).
-        pad_s = gl.allocate_shared_memory(
-            gl.float32, [PAD // 4], gl.SwizzledSharedLayout(1, 1, 1, [0])
-        )
-        pad_s.slice(0, 128).store(gl.zeros([128], gl.float32, PAD_L))
-    else:
-        pad_s = 0
 
     # Prologue: tiles 0 .. STAGES-2 in flight; indices of tile STAGES-1 in registers.
     tok = gl.arange(0, BLOCK_T, layout=TOK)
@@ -1106,10 +1096,6 @@ def _gluon_sparse_decode_kernel(
     heads = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS)
     head_ok = heads < H
     l_i = gl.sum(l_part, 1)
-    if PAD > 0:
-        l_i += gl.sum(
-            pad_s.slice(0, 128).load(PAD_L), 0
-        )  # zeros; keeps the padding allocated
     dim = gl.arange(0, 64, layout=COLS)
     if SPLIT:
         factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
@@ -1197,8 +1183,8 @@ class ShapeRule:
 # of every split count for the Triton configs; Gluon for <= 16 heads (TP >= 4)
 # from 16 rows, where it measured 3-17% faster with one program per SM, which is what its 92 KB of
 # shared memory gets on sm_120 too. A card
-# with another SM count takes the nearest measured row until its own is measured (the decode bench's
-# --sweep on that card) and added here. The split rule (pick_num_splits) already scales with SMs.
+# with another SM count takes the nearest measured row until its own is measured (every config and split
+# count timed on that card) and added here. The split rule (pick_num_splits) already scales with SMs.
 SHAPE_RULES = {132: ShapeRule(512, 1024, 16, 16)}
 
 
@@ -1403,10 +1389,8 @@ def mma_sparse_decode(
             config = pick_triton_config(H, B, sms=sms)
     use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
     if use_gluon:
-        # A tuple may carry a 7th entry: benchmark-only shared-memory padding in bytes (occupancy proxy).
         gcfg = GLUON_CONFIGS[config]["launch"] if isinstance(config, str) else config
-        block_t, stages, warps, q_smem, bits, dq = gcfg[:6]
-        pad = gcfg[6] if len(gcfg) > 6 else 0
+        block_t, stages, warps, q_smem, bits, dq = gcfg
         block_h = 16
     else:
         block_h, block_t, warps, stages = (
@@ -1482,7 +1466,6 @@ def mma_sparse_decode(
             Q_SMEM=q_smem,
             BITS=bits,
             DQ=dq,
-            PAD=pad,
             num_warps=warps,
         )
     else:
