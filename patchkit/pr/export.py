@@ -278,6 +278,11 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
         files[pr.test_dest] = pr.test_file.read_bytes()
         listing.append((pr.test_dest, test_description(pr.test_parts)))
         test_command = f"{pr.test_runner} {pr.test_dest}"
+    for src, dest, what in pr.files:
+        if read(dest) is not None or dest in files:
+            raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {dest} already exists there")
+        files[dest] = src.read_bytes()
+        listing.append((dest, what))
     exists = lambda path: files.get(path) is not None or (path not in files and read(path) is not None)  # noqa: E731
     for command in [test_command, *pr.reproduce.values(),
                     *(m.command for m in pr.accuracy + pr.benchmark if m.harness == "upstream")]:

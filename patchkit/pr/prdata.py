@@ -16,6 +16,9 @@ request is read by the upstream project. So what goes upstream is data of its ow
                                      # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one);
                                      # runner (optional, default "python3"): what the body's test command runs
                                      # the file with, as the upstream project's CI does ("pytest")
+    files = [{file = "upstream-benchmarks/bench_x.py", dest = "benchmark/bench_x.py", what = "..."}]
+                                     # further new files the PR adds (a benchmark script): repo layout, each
+                                     # listed under Modifications with `what`
     related = [{ref = "owner/repo#123", why = "..."}]   # public issues/PRs the PR relates to (its template's
                                      # Related Issues section, else after the motivation)
     facts = {releases = "pkg/mod.py:RELEASES"}   # {releases} in any text = that module-level literal of
@@ -48,7 +51,7 @@ from ..paths import clean_relpath
 
 DATA_FILE = "upstream-pr.toml"
 _PATCH_KEYS = {"file", "label", "title", "motivation", "modifications", "test", "facts", "reproduce", "accuracy",
-               "benchmark", "related"}
+               "benchmark", "related", "files"}
 _REF_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+#[1-9][0-9]*")
 _RESULT_KEYS = {"result", "command", "gpu", "versions", "date", "source", "harness", "model"}
 HARNESSES = ("upstream", "standalone")
@@ -87,6 +90,7 @@ class UpstreamPR:
     test_dest: str = ""                       # where it goes in the upstream repo (repo layout)
     test_parts: tuple[str, ...] = ()          # what of it runs without a GPU ("cpu") and with one ("gpu")
     test_runner: str = "python3"              # what runs the test file in the upstream project ("pytest")
+    files: list[tuple[Path, str, str]] = field(default_factory=list)   # (source, repo-layout dest, what)
     related: list[Related] = field(default_factory=list)
     label: str = ""                           # this repository's name for it (README); never exported
     facts: dict[str, tuple[str, str]] = field(default_factory=dict)   # name -> (wheel path, module constant)
@@ -158,6 +162,20 @@ def _reproduce(where: str, raw) -> dict[str, str]:
     return {k: _str(f"{where}: reproduce", raw[k], k).strip() for k in REPRODUCE_KEYS if k in raw}
 
 
+def _files(where: str, series_dir: Path, raw) -> list[tuple[Path, str, str]]:
+    if not isinstance(raw, list):
+        raise PatchkitError(f"{where}: files: expected a list of {{file, dest, what}} tables, found {raw!r}")
+    out = []
+    for f in raw:
+        if not isinstance(f, dict) or set(f) != {"file", "dest", "what"}:
+            raise PatchkitError(f"{where}: files: expected {{file, dest, what}}, found {f!r}")
+        src = Path(series_dir) / clean_relpath(_str(where, f["file"], "file"), f"{where}: files.file")
+        if not src.is_file():
+            raise PatchkitError(f"{where}: files.file: expected {src}, found no such file")
+        out.append((src, clean_relpath(_str(where, f["dest"], "dest"), f"{where}: files.dest"), _str(where, f["what"], "what")))
+    return out
+
+
 def _related(where: str, raw) -> list[Related]:
     if not isinstance(raw, list):
         raise PatchkitError(f"{where}: related: expected a list of {{ref, why}} tables, found {raw!r}")
@@ -218,7 +236,7 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
             file=name, title=_str(where, p.get("title"), "title"),
             motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
             test_file=test_file, test_dest=test_dest, test_parts=test_parts, test_runner=runner,
-            related=_related(where, p.get("related", [])),
+            related=_related(where, p.get("related", [])), files=_files(where, series_dir, p.get("files", [])),
             label=_str(where, p.get("label"), "label", required=False),
             facts=_facts(where, p.get("facts", {})), reproduce=_reproduce(where, p.get("reproduce", {})),
             accuracy=[_measured(f"{where}: accuracy", a, False) for a in p.get("accuracy", [])],
