@@ -193,7 +193,10 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             assert git(repo, "rev-list", "--parents", "-n", "1", branch).split()[1:] == [git(repo, "rev-parse", "main").strip()]
             touched = set(git(repo, "diff", "--name-only", tag, branch).split())
             expected = {prefix + p for p in patch.paths} | {prefix + o for o in patch.overlay}
-            assert touched == expected | ({pr.test_dest} if pr.test_file else set())
+            # ... and any further file its data ships (a benchmark script), byte for byte
+            assert touched == expected | ({pr.test_dest} if pr.test_file else set()) | {d for _, d, _ in pr.files}
+            for src, dest, _ in pr.files:
+                assert git(repo, "show", f"{branch}:{dest}") == src.read_text()
             for o in patch.overlay:
                 assert git(repo, "show", f"{branch}:{prefix}{o}") == (overlay_repo / "overlay" / current_line() / o).read_text()
             git(repo, "apply", "--check", "-", input=git(repo, "format-patch", "-1", "--stdout", branch))
@@ -219,7 +222,9 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
                                 "## Checklist", "## Review Process"], headings
             assert body.startswith(f"# {pr.title}\n") and "- [ ] Add unit tests." in body and "<!--" not in body
             for rel in touched:       # one Modifications line per file, with what changes there
-                what = pr.modifications.get(rel[len(prefix):]) if rel != pr.test_dest else "new unittest"
+                extra = {d: w for _, d, w in pr.files}
+                what = (extra[rel] if rel in extra else "new unittest" if rel == pr.test_dest
+                        else pr.modifications.get(rel[len(prefix):]))
                 assert re.search(rf"^- `{re.escape(rel)}`: {re.escape(what)}", body, re.M), rel
             for m in pr.accuracy + pr.benchmark:      # measured results inlined with where and how
                 for field in (m.result, m.gpu, m.versions, m.date):
