@@ -24,6 +24,7 @@ from ..gitcmd import checkout_git
 from .body import Stack, commit_message, pr_body, test_description, title
 from .carry import carried_change
 from .claims import fact_values, file_hits, fill_facts, missing_targets
+from .followup import first_pr_files
 from .prdata import DATA_FILE, load_pr_data
 from .retired import load_records, reach_warnings, verdict
 from ..rebase.reach import load_partly
@@ -41,7 +42,8 @@ def add_parser(sub) -> None:
     p.add_argument("--base", metavar="REF", help="commit the PR is based on (default: main if the checkout has it, "
                                                  "else the pinned release tag)")
     p.add_argument("--series", action="store_true",
-                   help="also export the patches it depends on, as a stack of branches titled [k/N]")
+                   help="also export the patches it depends on, and a patch's follow-up PR (upstream-pr.toml), as a "
+                        "stack of branches titled [k/N]")
     p.add_argument("--force", action="store_true",
                    help="export a patch marked as already upstream (Backport) or superseded (Superseded-By)")
     p.add_argument("--branch", metavar="NAME", help="default: pr/<the patch subject, whole words>")
@@ -93,14 +95,18 @@ def find_patch(engine, spec: str):
 def default_branch(patch) -> str:
     """pr/ + the subject's words, lower case, as many whole words as fit in BRANCH_MAX characters
     (the file name is cut by format-patch mid-word, so it is not used)."""
-    words = [w for w in re.split(r"[^A-Za-z0-9_.]+", patch.subject.lower()) if w.strip(".")]
+    return branch_of(patch.subject, patch.name[:4])
+
+
+def branch_of(subject: str, fallback: str) -> str:
+    words = [w for w in re.split(r"[^A-Za-z0-9_.]+", subject.lower()) if w.strip(".")]
     out = ""
     for w in words:
         nxt = f"{out}-{w}" if out else w
         if len(nxt) > BRANCH_MAX:
             break
         out = nxt
-    return "pr/" + (out or patch.name[:4])
+    return "pr/" + (out or fallback)
 
 
 def base_reader(repo: Path, commit: str, prefix: str):
@@ -243,6 +249,8 @@ class Planned:
     body: str
     body_path: Path
     title: str
+    prefix: str = ""         # the wheel root in the repo
+    whole: dict = None       # wheel path -> bytes of the whole patch (a follow-up ships what this one held back)
 
 
 def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_name, template, stack, branch,
@@ -262,6 +270,25 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
             raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {prefix}{rel} "
                                 "already exists there (the patch adds it)")
         change[rel] = series.overlay_bytes(rel)
+    whole = dict(change)
+    if pr.followup is not None:   # the regions its follow-up PR adds stay out of this one
+        change = first_pr_files(change, pr.followup.held, f"export-pr: {patch.name}: {data.path}: followup")
+    planned = _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path)
+    planned.whole = whole
+    return planned
+
+
+def plan_followup(first: Planned, name, data, repo, base_name, template, stack, branch, body_path):
+    """The follow-up PR of `first` (its [patch.followup]): the held-back files whole, on first's commit."""
+    patch, pr = first.patch, data.patches[first.patch.name].followup
+    read = reader(repo, first.commit)
+    change = {h.path: first.whole[h.path] for h in pr.held}
+    return _planned(patch, pr, change, data, read, first.prefix, first.branch, base_name, template, stack, branch,
+                    body_path)
+
+
+def _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path):
+    """Check one PR's files (wheel path -> bytes) against its description and plan its commit and body."""
     missing = [rel for rel in change if rel not in pr.modifications]
     extra = [rel for rel in pr.modifications if rel not in change]
     if missing or extra:
@@ -304,7 +331,7 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
             path, line, term = hits[0]
             raise PatchkitError(f"export-pr: {patch.name}: {path}:{line} names this repository's own '{term}' "
                                 f"(forbidden by {data.path}); nothing exported may cite it")
-    return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack))
+    return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack), prefix)
 
 
 def body_dir(engine, repo: Path) -> Path:
@@ -407,16 +434,29 @@ def run(engine, args) -> int:
         dep_pr = data.patches.get(dep.name) if data else None
         parent, parent_name, parent_pr = tip, dep_branch, (dep_branch, dep_pr.title if dep_pr else dep.subject)
 
-    planned, total = [], len(patches) if len(patches) > 1 else 0
-    for k, i in enumerate(chain, 1):
+    # A patch described with a follow-up PR is two steps of the stack: itself less the held regions, then the
+    # follow-up on its branch (with --series; alone, the first PR only).
+    def followup_of(i: int):
+        described = data.patches.get(series.patches[i].name) if data else None
+        return described.followup if described else None
+    steps = [(i, part) for i in chain for part in ((False, True) if args.series and followup_of(i) else (False,))]
+    if not args.series and followup_of(index):
+        print(f"export-pr: {series.patches[index].name}: its follow-up PR (\"{followup_of(index).title}\") is made "
+              "on this branch with --series")
+    planned, total = [], len(steps) if len(steps) > 1 else 0
+    for k, (i, is_followup) in enumerate(steps, 1):
         patch = series.patches[i]
-        branch = args.branch or default_branch(patch)
-        if branch_exists(repo, branch):
+        branch = (branch_of(followup_of(i).title, patch.name[:4]) if is_followup
+                  else args.branch or default_branch(patch))
+        if branch_exists(repo, branch) or any(pl.branch == branch for pl in planned):
             raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
         stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
         body_path = Path(args.body) if args.body else body_dir(engine, repo) / (branch.replace("/", "-") + ".md")
-        planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template, stack,
-                                branch, body_path, has))
+        if is_followup:
+            planned.append(plan_followup(planned[-1], name, data, repo, base_name, template, stack, branch, body_path))
+        else:
+            planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template,
+                                    stack, branch, body_path, has))
         # the next patch of the stack builds on this one: plan it against this commit's tree
         parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
         parent_name, parent_pr = branch, (branch, planned[-1].title)
