@@ -53,7 +53,7 @@ def test_every_measured_row_is_in_the_benchmarks_table_it_names():
     doc = (REPO / "BENCHMARKS.md").read_text()
     checked = 0
     for _, name, _, data in _data():
-        for pr in data.patches.values():
+        for pr in (q for p in data.patches.values() for q in (p, p.followup) if q is not None):
             for m in pr.accuracy + pr.benchmark:
                 target, _, anchor = m.source.partition("#")
                 assert target == "BENCHMARKS.md" and anchor, f"{pr.file}: source {m.source!r}"

@@ -46,7 +46,7 @@ def _find(bare: list[str], line: str, after: int, r: Held, where: str, key: str)
     try:
         return bare.index(line, after)
     except ValueError:
-        raise PatchkitError(f"{where}: held {key}: expected the line {line!r} in {r.path} after line {after}, "
+        raise PatchkitError(f"{where}: held {key}: expected the line {line!r} in {r.path} from line {after + 1} on, "
                             "found none; update the region to the file") from None
 
 

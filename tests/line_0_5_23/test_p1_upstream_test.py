@@ -58,7 +58,7 @@ def test_its_kernel_benchmark_covers_every_row_of_the_body_and_registers(tmp_pat
     tree = ast.parse(src.read_text())
     (shapes,) = [ast.literal_eval(n.value) for n in tree.body
                  if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "SHAPES"]
-    stated = {row[0] for m in pr.benchmark for row in m.rows}
+    stated = {row[0] for m in pr.benchmark + pr.followup.benchmark for row in m.rows}   # its follow-up's too
     assert stated and stated <= {f"H{h}/B{b}/{kv}" for h, b, kv in shapes}
     decorators = [ast.unparse(d) for n in tree.body if isinstance(n, ast.FunctionDef) for d in n.decorator_list]
     assert "marker.benchmark('backend', ['mma', 'flashinfer'])" in decorators
