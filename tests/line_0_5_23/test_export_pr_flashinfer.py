@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.pr.export import default_branch
-from tests.test_export_pr import IDENTITY, _tree_of, all_patches, body_of, cli, delete_branches, git, pr_data
+from tests.pr.test_export_pr import IDENTITY, _tree_of, all_patches, body_of, cli, delete_branches, git, pr_data
 from tests.rebase_cases import repo_copy
 
 LINE = "0.5.23"

@@ -11,7 +11,7 @@
 - `export-pr P1 --series` on a checkout of the release makes two branches in order: the first without any
   Gluon (its body's table holds the Triton configs' rows only, its unittest needs no Gluon), the second one
   commit on it adding the whole kernel file and its own unittest, its body naming the first PR's branch, its
-  rows the Gluon config's; both bodies pass the vocabulary export-pr and tests/test_export_pr.py check.
+  rows the Gluon config's; both bodies pass the vocabulary export-pr and tests/pr/test_export_pr.py check.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from patchkit.pr.export import branch_of, default_branch
 from patchkit.pr.followup import first_pr_files
 from tests.conftest import REPO
 from tests.line_0_5_23 import p1_tree as T
-from tests.mma_decode_cases import make_case, reference_f64, rel_err
-from tests.test_export_pr import (  # noqa: F401  (fixtures, collected for this line)
+from harness.mma_decode_cases import make_case, reference_f64, rel_err
+from tests.pr.test_export_pr import (  # noqa: F401  (fixtures, collected for this line)
     CODE_INTERNAL,
     INTERNAL,
     all_patches,
@@ -234,7 +234,7 @@ def test_a_held_region_the_file_lacks_refuses_the_export_naming_it(checkouts, ov
     repo = checkouts["sglang"]
     branches = git(repo, "branch", "--list")
     proc = cli(copy, "export-pr", "P1", "--repo", str(repo), "--series")
-    assert proc.returncode == 1, proc.stdout + proc.stderr    # export-pr's refusals, as tests/test_export_pr.py's
+    assert proc.returncode == 1, proc.stdout + proc.stderr    # export-pr's refusals, as tests/pr/test_export_pr.py's
     (line,) = [l for l in proc.stderr.splitlines() if l.strip()]
     assert "'def pick_the_config('" in line and KERNEL in line
     assert git(repo, "branch", "--list") == branches
