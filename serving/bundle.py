@@ -125,27 +125,28 @@ def pip_download(requirements: Path, dest: Path, python_version: str) -> None:
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 
-def bundle_line(line: str | None, path: Path = REQUIREMENTS) -> str:
-    """The release line a bundle is built for: the one whose pinned runtime is the closure's (no LINE given), or
-    LINE if its runtime is the closure's; else one line saying which line would do."""
+def bundle_engine(line: str | None, path: Path = REQUIREMENTS):
+    """The engine of the release line a bundle is built for: the one whose pinned runtime is the closure's (no LINE
+    given), or LINE if its runtime is the closure's; else one line saying which line would do. The build's one
+    reading of its line: everything after takes this engine."""
+    from patchkit.engine import Engine
     from patchkit.lines import line_for_runtime
 
     torch_v, triton_v = closure_runtime(path)
-    fits = line_for_runtime(REPO / "pin.lock", torch_v, triton_v)
     if line is None:
-        return fits
-    runtime = load_lock(REPO / "pin.lock", line).runtime
+        return Engine.from_repo(REPO, line=line_for_runtime(REPO / "pin.lock", torch_v, triton_v))
+    engine = Engine.from_repo(REPO, line=line)
+    runtime = engine.lock.runtime
     if (runtime.get("torch"), runtime.get("triton")) != (torch_v, triton_v):
+        fits = line_for_runtime(REPO / "pin.lock", torch_v, triton_v)
         raise BundleError(f"line {line}: expected a line whose runtime is the closure's ({path.name}: torch {torch_v}, "
                           f"triton {triton_v}), found torch {runtime.get('torch')}, triton {runtime.get('triton')}; "
                           f"line {fits} has it (make bundle LINE={fits})")
-    return line
+    return engine
 
 
-def pinned_artifacts(log=say, line: str | None = None) -> list[tuple[Path, str]]:
+def pinned_artifacts(engine, log=say) -> list[tuple[Path, str]]:
     """[(verified wheel path, why)] — the same files `make apply` fetches and checks (patchkit's fetch)."""
-    from patchkit.engine import Engine
-    engine = Engine.from_repo(REPO, line=line)
     out = []
     for name, up in engine.lock.upstreams.items():
         wheel = engine.pristine(name, log).wheel
@@ -191,12 +192,13 @@ def jit_cache_members(caches, gpu_cc: int | None = None, log=say) -> list[Path]:
 
 def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Path, str]], *, gpu_cc: int,
              python_version: str = TARGET_PYTHON, jit_cache=None, limit_mib: float = LIMIT_MIB,
-             stubs: Path = STUBS, line: str | None = None, whole_wheels: bool = False) -> dict:
+             stubs: Path = STUBS, lock=None, whole_wheels: bool = False) -> dict:
     """Write the bundle directory `out` (replacing it only on success) and return its manifest.
 
     `wheels` are the closure as downloaded; names in SLIMMED are slimmed, the rest re-packed stored. The pinned
     `artifacts` travel split inside the payload (serving/bundle_rezip.py; install rebuilds them byte for byte)
     unless `whole_wheels` or this zlib cannot reproduce them: then they are files of the bundle as they are.
+    `lock`: the line it is built for (build's one reading of pin.lock); None: the newest line.
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -257,7 +259,7 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
         write_payload(payload, staged / PAYLOAD)
         files.append(entry(staged / PAYLOAD, PAYLOAD, "one xz stream of everything under 'payload' (wheels stored "
                            "inside compress about twice as well as their own deflate)"))
-        lock = load_lock(REPO / "pin.lock", line)
+        lock = lock or load_lock(REPO / "pin.lock")
         manifest = {
             "format": FORMAT,
             "built_by": "python3 -m serving.bundle build",
@@ -318,17 +320,17 @@ def check_budget(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMI
 def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float, python_version: str = TARGET_PYTHON,
           downloads: Path = DOWNLOADS, line: str | None = None, whole_wheels: bool = False) -> int:
     reqs = read_requirements()
-    line = bundle_line(line)   # the closure is one runtime's: a line of another runtime fails before any download
+    engine = bundle_engine(line)   # the closure is one runtime's: a line of another runtime fails before any download
     if jit_cache:
         jit_cache_members(jit_cache, gpu_cc, log=lambda *_: None)   # a wrong --jit-cache fails before any download
-    artifacts = pinned_artifacts(line=line)
+    artifacts = pinned_artifacts(engine)
     wheels_dir = downloads / f"cp{python_version.replace('.', '')}"
     wheels_dir.mkdir(parents=True, exist_ok=True)
     pip_download(REQUIREMENTS, wheels_dir, python_version)
     wheels = [(find_wheel(wheels_dir, name, version), why) for name, version, why in reqs]
     out.parent.mkdir(parents=True, exist_ok=True)
     manifest = assemble(out, artifacts, wheels, gpu_cc=gpu_cc, python_version=python_version, jit_cache=jit_cache,
-                        limit_mib=limit_mib, line=line, whole_wheels=whole_wheels)
+                        limit_mib=limit_mib, lock=engine.lock, whole_wheels=whole_wheels)
     total, items = size_report(out, manifest, limit_mib)
     say(f"{out}: {total / MIB:.1f} MiB (limit {limit_mib:g} MiB), {len(manifest['files'])} files, "
         f"{len(manifest['payload'])} payload members; biggest items:")
@@ -370,14 +372,12 @@ def _have_module(name: str, besides: Path) -> bool:
     return spec is not None and not str(spec.origin or "").startswith(str(besides) + os.sep)
 
 
-def make_trees(cache: Path, trees: Path, line: str | None = None) -> None:
+def make_trees(cache: Path, trees: Path, engine) -> None:
     """trees/pinned: the pinned wheels (cache/artifacts) unpacked; trees/patched: a copy with `apply.py apply
     --target` run on it."""
-    from patchkit.engine import Engine
     pinned, patched = trees / "pinned", trees / "patched"
     pinned.mkdir(parents=True)
     with _patchkit_cache(cache):
-        engine = Engine.from_repo(REPO, line=line)
         for name, up in engine.lock.upstreams.items():
             engine.pristine(name).unpack(pinned, root=up.root)
     shutil.copytree(pinned, patched)
@@ -438,7 +438,9 @@ def install(bundle: Path, site_root: Path) -> int:
                 say(f"stand-in for {name} not installed: this machine has {name}")
                 continue
             (shutil.copytree if top.is_dir() else shutil.copy2)(top, new / "stubs" / top.name)
-        make_trees(new, new / "trees", manifest["target"].get("line"))   # the line it was built for
+        from patchkit.engine import Engine
+        engine = Engine.from_repo(REPO, line=manifest["target"].get("line"))   # the line it was built for
+        make_trees(new, new / "trees", engine)
         for part in ("artifacts", "common", "stubs", "trees"):   # swapped in only now: a failed install left SITE_ROOT as it was
             if (site_root / part).exists():
                 shutil.rmtree(site_root / part)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from patchkit import PatchkitError
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import load_lock
 from patchkit.report import printable_streams
 from . import REPO
 
@@ -64,8 +63,8 @@ def write_stamp(venv: Path, key: str) -> None:
     (venv / ".installed").write_text(key + "\n")
 
 
-def install_serving(venv: Path, line: str | None = None) -> int:
-    lock = load_lock(REPO / "pin.lock", line)
+def install_serving(venv: Path, engine) -> int:
+    lock = engine.lock
     say(f"release line {lock.line}")
     reqs = serving_requirements(lock)
     key = sha256_bytes("\n".join(reqs).encode())
@@ -79,10 +78,9 @@ def install_serving(venv: Path, line: str | None = None) -> int:
         write_stamp(venv, key)
     site = site_packages(python)
     say(f"applying the patch series to {site}")
-    from patchkit.engine import Engine
     from patchkit.report import format_state
     try:
-        state = Engine.from_repo(REPO, line=lock.line).apply(site)
+        state = engine.apply(site)
         if state.before is not None:
             print(format_state(state))
     except PatchkitError as exc:
@@ -90,7 +88,7 @@ def install_serving(venv: Path, line: str | None = None) -> int:
         return 1
     say("checking the machine (python apply.py doctor):")
     from . import doctor
-    rc = doctor.run_doctor(argparse.Namespace(venv=venv, target=site, gate=False, line=lock.line))
+    rc = doctor.run_doctor(argparse.Namespace(venv=venv, target=site, gate=False, line=lock.line), engine)
     if rc:
         say(f"installed and patched in {venv}; serving is not possible on this machine yet (see the verdict above)")
     else:
@@ -98,11 +96,10 @@ def install_serving(venv: Path, line: str | None = None) -> int:
     return 0   # the install itself succeeded; doctor's verdict is about the machine
 
 
-def install_cpu_tests(venv: Path, line: str | None = None) -> int:
+def install_cpu_tests(venv: Path, lock) -> int:
     """The pinned sglang wheel (sha256-verified) without its CUDA-only dependencies."""
     from patchkit.fetch import fetch
 
-    lock = load_lock(REPO / "pin.lock", line)
     wheel = fetch(lock.upstream("sglang"), log=say)
     key = sha256_bytes(CPU_TEST_REQUIREMENTS.read_bytes() + wheel.name.encode())
     python = ensure_venv(venv)
@@ -123,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--line", help="the release line of pin.lock (default: the newest)")
     args = parser.parse_args(argv)
     try:
+        from patchkit.engine import Engine
+        engine = Engine.from_repo(REPO, line=args.line)   # the command's one reading of its line in pin.lock
         if args.cpu_test_venv:
-            return install_cpu_tests(args.cpu_test_venv, args.line)
-        return install_serving(args.venv, args.line)
+            return install_cpu_tests(args.cpu_test_venv, engine.lock)
+        return install_serving(args.venv, engine)
     except subprocess.CalledProcessError as exc:
         say(f"error: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}")
         return 1

@@ -42,6 +42,7 @@ from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_band
 from bench.kernels import v41_rows as V41
 from harness.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
+from patchkit.lockfile import load_lock
 from serving import REPO
 
 
@@ -50,12 +51,10 @@ UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
 TREE_KERNEL = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"   # where 0.5.23's tree keeps it
 
 
-def load_upstream():
-    """flash_mla_sparse_decode_triton from the pinned sglang wheel (sha256-checked by fetch)."""
+def load_upstream(lock):
+    """flash_mla_sparse_decode_triton from the pinned sglang wheel of `lock` (sha256-checked by fetch)."""
     from patchkit.fetch import fetch
-    from patchkit.lockfile import load_lock
 
-    lock = load_lock(REPO / "pin.lock")
     wheel = fetch(lock.upstream("sglang"), log=lambda *_: None)
     tmp = Path(tempfile.mkdtemp(prefix="bench_mma_"))
     with zipfile.ZipFile(wheel) as zf:
@@ -149,7 +148,7 @@ def main() -> None:
     if fusion:
         print(f"fp fusion: the kernels state enable_fp_fusion={mma.ENABLE_FP_FUSION} ({fusion[0]}); "
               f"also timed with {not mma.ENABLE_FP_FUSION} ({fusion[1]})")
-    upstream = None if args.no_upstream else load_upstream()
+    upstream = None if args.no_upstream else load_upstream(load_lock(REPO / "pin.lock"))
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
     peer, peer_sms = load_flashinfer_peer(args.peer), [int(n) for n in args.peer_sms.split(",") if n]

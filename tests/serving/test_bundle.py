@@ -486,7 +486,8 @@ def test_the_bundle_is_built_for_the_line_whose_runtime_is_the_closures(tmp_path
     torch_v, triton_v = bundle.closure_runtime()
     fits = [n for n in ("0.5.14", "0.5.23") if load_lock(bundle.REPO / "pin.lock", n).runtime.get("torch") == torch_v
             and load_lock(bundle.REPO / "pin.lock", n).runtime.get("triton") == triton_v]
-    assert fits == ["0.5.14"] and bundle.bundle_line(None) == "0.5.14" and bundle.bundle_line("0.5.14") == "0.5.14"
+    assert fits == ["0.5.14"] and bundle.bundle_engine(None).lock.line == "0.5.14"
+    assert bundle.bundle_engine("0.5.14").lock.line == "0.5.14"
     out = tmp_path / "bundle"
     monkeypatch.setattr(bundle, "pip_download", lambda *a, **k: pytest.fail("downloaded for a refused line"))
     monkeypatch.setattr(bundle, "pinned_artifacts", lambda *a, **k: pytest.fail("fetched for a refused line"))
