@@ -33,3 +33,19 @@ def test_a_missing_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert p3_share.main(["--mhc", str(tmp_path / "none.txt"), "--steps", str(STEPS)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "expected a raw file" in err[0]
+
+
+def test_the_per_layer_share_of_a_profiled_step():
+    kernels = {"alone/mma-1M-c1-p4096/x.trace.json.gz": {"kernel_us": 100.0, "top": [
+        {"name": "head", "us": 10.0, "launches": 7},          # once a step: fixed
+        {"name": "moe", "us": 40.0, "launches": 56},          # 8 a step over 4 layers: per-layer
+        {"name": "gemm", "us": 22.0, "launches": 154}]}}      # 22 a step: 20 of them per layer
+    assert abs(p3_share.per_layer_fraction(kernels, 1, 4) - (40 + 22 * 20 / 22) / 100) < 1e-9
+    assert p3_share.per_layer_fraction(kernels, 16, 4) is None
+    [row] = p3_share.share_rows({1: 10.0}, {1: 1.0}, 4, kernels=kernels)
+    f = 0.6
+    assert abs(row[5] - 100 * 10 / (1000 * ((1 - f) + f * 43 / 4))) < 1e-9
+    real = REPO / "bench/results/2026-12-03-p1-share-run3/kernels.json"
+    import json
+    for c in (1, 16, 64):
+        assert 0.5 < p3_share.per_layer_fraction(json.loads(real.read_text()), c, 4) < 1

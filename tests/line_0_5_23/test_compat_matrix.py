@@ -88,7 +88,7 @@ def test_p3_is_partly_reached_on_its_pin_with_the_recorded_figure(tmp_path):
     assert data["columns"][0]["cells"][P3] == PARTLY, data["columns"][0]["cells"]
     assert "derived from the source, not measured" in data["partly"][P3], data["partly"]
     note = [l for l in proc.stdout.splitlines() if l.startswith(f"- `{P3}`")]
-    assert note and "1 of 86 hc_pre calls" in note[0] and "Source: sglang 0.5.23 wheel" in note[0], proc.stdout[-2000:]
+    assert note and "1 of 86 MHC-pre mixings" in note[0] and "Source: sglang 0.5.23 wheel" in note[0], proc.stdout[-2000:]
     # without the figure the trailers' verdict stands
     (repo / "patches" / LINE / "sglang" / "reach.toml").unlink()
     proc, data = _matrix(repo, "--releases", LINE)
