@@ -7,6 +7,7 @@ import pytest
 from patchkit import PatchkitError
 from patchkit.rebase.matrix import markdown
 from patchkit.rebase.reach import FILE, load_models
+from tests.conftest import REPO
 from tests.rebase_cases import repo_copy
 from tests.test_rebase import cli
 from tests.test_rebase_reach import _series
@@ -34,6 +35,13 @@ def test_rows_keep_file_order_and_name_patches_by_file():
     assert [r.model for r in rows][:1] == ["DeepSeek-V4.1-Flash"] and all(r.upstream for r in rows)
     assert rows[0].reaches == ("0001-dsv4-an-mma-choice-for-the-sm_120-sparse-decode-back.patch",
                                "0003-dsv4-make-mma-the-sm_120-sparse-decode-default.patch")
+
+
+@pytest.mark.parametrize("line", ["0.5.14", "0.5.23"])
+def test_every_row_is_held_by_a_test_file_of_the_repository(line):
+    series = _series(line)
+    rows = load_models(series.directory, series.patches, pytest.fail)
+    assert rows and all((REPO / r.held_by).is_file() and r.held_by.startswith("tests/") for r in rows), rows
 
 
 @pytest.mark.parametrize("edit, expected", [
