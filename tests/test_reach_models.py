@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from patchkit import PatchkitError
-from patchkit.rebase.matrix import markdown
+from patchkit.rebase.matrix import markdown, parse_markdown
 from patchkit.rebase.reach import FILE, load_models
 from tests.conftest import REPO
 from tests.rebase_cases import repo_copy
@@ -71,9 +71,20 @@ def test_the_matrix_prints_the_rows_under_the_line_table(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.splitlines()
     head = out.index("| model | forward | the series' code it runs | upstream paths it takes | held by |")
-    assert out[head - 2].startswith("Reach by model on the pin (sglang 0.5.23, flashinfer 0.7.2)")
+    assert out[head - 2].startswith("On the pin (sglang 0.5.23, flashinfer 0.7.2)") and out[head - 4] == "### Reach by model"
     assert ("| Some-Model | decode | `sglang/0003-dsv4-make-mma-the-sm_120-sparse-decode-default.patch` | "
             "attention: a path | `tests/x.py` |") in out
+
+
+def test_the_reach_table_is_not_read_as_the_table_above_it():
+    """parse_markdown reads an upstream's table by the heading above it: the reach rows sit under their own."""
+    col = {"version": "1", "pin": True, "pins": {"a": "1", "b": "2"}, "cells": {"a/0001-x.patch": "applies"}}
+    other = {"version": "2", "pin": True, "lead_requires": "a 1 accepts it", "cells": {"b/0001-y.patch": "applies"}}
+    matrix = {"line": "9.9", "lead": "a", "pin": {"a": "1", "b": "2"}, "patches": ["a/0001-x.patch"], "columns": [col],
+              "others": [{"upstream": "b", "held": {"a": "1"}, "newest_lead": "1", "patches": ["b/0001-y.patch"],
+                          "columns": [other]}],
+              "partly": {}, "models": [{"model": "M", "forward": "f", "reaches": [], "upstream": ["u"], "held_by": "t"}]}
+    assert parse_markdown(markdown(matrix), upstream="b") == {"2": {"b/0001-y.patch": "applies"}}
 
 
 def test_a_line_without_rows_prints_no_reach_table():

@@ -260,6 +260,9 @@ def markdown(matrix: dict) -> str:
     return "\n".join(text) + "\n"
 
 
+MODEL_HEADING = "### Reach by model"     # its own heading: parse_markdown reads a table by the heading above it
+
+
 def _model_table(matrix: dict) -> list[str]:
     """The series' [[model]] rows (reach.py): per model and forward, what of the series runs on the pin."""
     pins = ", ".join(f"{n} {v}" for n, v in matrix["pin"].items())
@@ -267,7 +270,7 @@ def _model_table(matrix: dict) -> list[str]:
     for m in matrix["models"]:
         ours = ", ".join(f"`{p}`" for p in m["reaches"]) or "none"
         rows.append(f"| {m['model']} | {m['forward']} | {ours} | {'<br>'.join(m['upstream'])} | `{m['held_by']}` |")
-    return [f"Reach by model on the pin ({pins}), as the series' reach.toml records it; each row is held by the "
+    return [MODEL_HEADING, "", f"On the pin ({pins}), as the series' reach.toml records it; each row is held by the "
             "test it names, which drives the release's own dispatch:", "", *rows]
 
 
