@@ -71,8 +71,8 @@ def main(argv=None) -> int:
             (args.out / f"{name}.cubin").unlink(missing_ok=True)     # the log is the result; keep the tree small
             failed += proc.returncode != 0
             lines += [f"$ {' '.join(cmd)}", f"{name}: rc {proc.returncode}"]
-            lines += [l.strip() for l in (proc.stdout + proc.stderr).splitlines()
-                      if "registers" in l or "spill" in l or "error" in l.lower()]
+            lines += [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines()
+                      if "registers" in ln or "spill" in ln or "error" in ln.lower()]
     (args.out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 1 if failed else 0

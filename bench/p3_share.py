@@ -35,7 +35,7 @@ def _rows(text: str, head: str) -> list[dict[str, str]]:
     """The markdown table whose header row starts with `head`, as dicts."""
     lines = text.splitlines()
     try:
-        start = next(i for i, l in enumerate(lines) if l.startswith(head))
+        start = next(i for i, ln in enumerate(lines) if ln.startswith(head))
     except StopIteration:
         raise ValueError(f"expected a table whose header starts with {head!r}, found none") from None
     names = [c.strip() for c in lines[start].strip("|").split("|")]

@@ -151,3 +151,17 @@ def test_the_0_5_14_line_has_no_v41_and_its_row_says_so():
     assert row.reaches == () and "not in sglang 0.5.14" in row.upstream[0]
     assert not pristine_wheel("sglang", "0.5.14").has(V.V41_CONFIG)
     assert pristine_wheel("sglang", "0.5.23").has(V.V41_CONFIG)
+
+
+def test_a_dspark_verify_step_schedules_each_request_by_its_own_rows_lengths(pristine_root):
+    """Verify rows (rows_per_request > 1, 6 for DSPARK block 6) under a graph: DeepGEMM's schedule gets each
+    request's own row lengths (its sm_120 scheduler reads the last row of each request), not the table's width."""
+    calls = V.Calls()
+    build = V.paged_indexer_metadata(pristine_root, calls)
+    real = torch.tensor([5, 6, 7, 8, 9, 10, 995, 996, 997, 998, 999, 1000])       # 2 requests x 6 verify rows
+    with V.capability():
+        metadata = build(page_size=256, compressed_page_size=64, page_table=torch.zeros(12, 4096 * 4, dtype=torch.int32),
+                         compressed_seq_lens=real, use_topk_v2=False, force_deep_gemm_metadata=True, compress_ratio=1,
+                         rows_per_request=6)
+    [(_, (lens, _, _), _)] = calls
+    assert lens.tolist() == real.view(2, 6).tolist() and metadata.rows_per_chunk is None

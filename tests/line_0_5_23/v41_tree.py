@@ -185,7 +185,8 @@ def mix_stats(root: Path, calls: Calls, *, sm: str, rows: int, hidden: int, mult
         envs = import_from_tree(root, "sglang.srt.environ").envs
     platform = types.SimpleNamespace(is_sm90=sm == "sm90", is_sm100=sm == "sm100",
                                      is_blackwell=sm in ("sm100", "sm120"), is_sm120=sm == "sm120")
-    triplet = lambda *a, **k: (torch.zeros(rows, mult), torch.zeros(rows, mult), torch.zeros(rows, mult, mult))
+    def triplet(*a, **k):
+        return torch.zeros(rows, mult), torch.zeros(rows, mult), torch.zeros(rows, mult, mult)
     kernels = types.ModuleType("sglang.kernels.ops.layernorm.mhc")
     for n in ("hc_mix_stats", "hc_mix_stats_sinkhorn", "hc_split_sinkhorn", "hc_mix_stats_sinkhorn_bf16x3",
               "hc_mix_stats_sinkhorn_deepgemm"):
