@@ -34,8 +34,8 @@ help:
 	@echo "make bench-e2e [BUNDLE=dir | PINNED_PYTHON=py] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
-	@echo "make carry-size               do the tree and build/bundle leave 16 of the 64 MiB a call to the lent GPU machine carries?"
-	@echo "make carry-triton [CARRY_TRITON=3.8.0]   build/carry-triton-VERSION: a Triton release packed for one GPU-box call"
+	@echo "make bundle-budget           do the tree and build/bundle stay within the bundle's budget (64 MiB copied, 16 spare)?"
+	@echo "make carry-triton [CARRY_TRITON=3.8.0]   build/carry-triton-VERSION: a Triton release packed to copy to the GPU machine"
 	@echo "make carry-peers [CARRY_PEERS=\"0.7.2 0.7.4\"]   build/carry-peer-VERSION: FlashInfer's sm_120 decode built for sm_90a, packed"
 	@echo "make clean      remove build/, $(VENV) and $(LINT_VENV)"
 
@@ -92,11 +92,11 @@ test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
 # (or point pip at a wheelhouse there: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR; fetching uses pip's own configuration).
 # test_flashinfer_compile.py needs no GPU but depends on the torch version's Dynamo: run it on the runtime's torch too.
 test-gpu:
-	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/test_flashinfer_compile.py
+	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/kernels/test_flashinfer_compile.py
 
-# Every GPU benchmark (bench/bench_*.py) in turn, as a module of the checkout (python -m bench.NAME); each prints
-# its command, machine, versions and a table.
-BENCH_MODULES := $(patsubst bench/%.py,bench.%,$(filter-out bench/bench_e2e.py,$(wildcard bench/bench_*.py)))
+# Every kernel benchmark (bench/kernels/bench_*.py) in turn, as a module of the checkout (python -m
+# bench.kernels.NAME); each prints its command, machine, versions and a table.
+BENCH_MODULES := $(subst /,.,$(patsubst %.py,%,$(wildcard bench/kernels/bench_*.py)))
 bench:
 	@set -e; for m in $(BENCH_MODULES); do echo "== $$m"; $(PYTHON) -m $$m; done
 
@@ -162,17 +162,17 @@ smoke:
 	@$(SERVE_GATE)
 	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT) --log $(SMOKE_LOG)
 
-# End-to-end decode throughput, pinned vs patched (python -m bench.bench_e2e --help; E2E_ARGS passes more flags).
+# End-to-end decode throughput, pinned vs patched (python -m bench.server.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both
 E2E_ARGS ?=
 # Without BUNDLE the pinned baseline needs PINNED_PYTHON (an unpatched sglang's interpreter); else it is refused.
 PINNED_PYTHON ?=
 bench-e2e:
-	$(PYTHON) -m bench.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
+	$(PYTHON) -m bench.server.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
-	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/test_serve_*.py tests/test_emulate_sm120.py tests/test_bench_e2e_args.py
+	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
 # GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).
@@ -183,30 +183,30 @@ GPU_CC     ?= 90
 JIT_ARCH   := $(shell echo $(GPU_CC) | sed 's/\(.\)$$/.\1/')
 JIT_CACHE  ?= $(wildcard build/jit-cache build/jit-cache-$(JIT_ARCH))
 
-.PHONY: bundle carry-size prebuild-jit
+.PHONY: bundle bundle-budget prebuild-jit
 
 bundle:
 	$(PYTHON) -m serving.bundle build $(LINE_ARG) --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))
 
 # The tree with the largest bundle make bundle builds (its size limit: what CI checks, no bundle built there),
-# then, where one is built, with the real bundle. Each fails when a device call would keep less than 16 MiB spare.
-carry-size:
-	$(PYTHON) -m serving.bundle carry-size --limit-only
-	@if [ -f $(BUNDLE_OUT)/manifest.json ]; then $(PYTHON) -m serving.bundle carry-size --bundle $(BUNDLE_OUT); fi
+# then, where one is built, with the real bundle. Each fails when what is copied would keep less than 16 MiB spare.
+bundle-budget:
+	$(PYTHON) -m serving.bundle budget --limit-only
+	@if [ -f $(BUNDLE_OUT)/manifest.json ]; then $(PYTHON) -m serving.bundle budget --bundle $(BUNDLE_OUT); fi
 
 prebuild-jit: $(VENV)/.installed
 	$(PYTHON) -m serving.bundle prebuild-jit $(LINE_ARG) --arch $(JIT_ARCH) --out build/jit-cache-$(JIT_ARCH) --python $(VPY)
 
-# ---- P1 under another Triton, beside FlashInfer, on the lent GPU box (docs/gpu_box.md) ----------------------------
-# build/carry-triton-VERSION: the Triton release packed to travel in one call (bench/carry_triton.py);
-# build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/peers/).
-# Both live in the ignored build/: they travel only where a call names them in `carry`.
+# ---- P1 under another Triton, beside FlashInfer, on the GPU machine (docs/gpu_box.md) ----------------------------
+# build/carry-triton-VERSION: the Triton release packed small enough to copy beside the tree (bench/airgapped/carry_triton.py);
+# build/carry-peer-VERSION: the FlashInfer sm_120 decode built for sm_90a, packed (bench/kernels/peers/).
+# Both live in the ignored build/: copy them to the GPU machine only for the run that needs them.
 CARRY_TRITON ?= 3.8.0
 CARRY_PEERS  ?= 0.7.2 0.7.4
 .PHONY: carry-triton carry-peers
 carry-triton:
-	$(PYTHON) -m bench.carry_triton build --version $(CARRY_TRITON)
+	$(PYTHON) -m bench.airgapped.carry_triton build --version $(CARRY_TRITON)
 
 carry-peers: $(VENV)/.installed
-	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.peers.flashinfer_sm120_sources --flashinfer $$v; \
-		$(VPY) -m bench.peers.flashinfer_sm120_build --flashinfer $$v --arch sm_90a --carry build/carry-peer-$$v; done
+	set -e; for v in $(CARRY_PEERS); do $(VPY) -m bench.kernels.peers.flashinfer_sm120_sources --flashinfer $$v; \
+		$(VPY) -m bench.kernels.peers.flashinfer_sm120_build --flashinfer $$v --arch sm_90a --carry build/carry-peer-$$v; done

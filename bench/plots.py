@@ -3,11 +3,11 @@
     python3 -m bench.plots                         # both, from the runs BENCHMARKS.md cites
     python3 -m bench.plots indexer [TXT] [--out PNG]       # P4: bench_indexer.py's output -> docs/indexer_bench.png
     python3 -m bench.plots mhc-pre [TXT] [--out PNG]       # P3: bench_mhc_pre.py's output -> docs/mhc_pre_bench.png
-    python3 -m bench.bench_mma_decode --plot-from JSON [--plot PNG]   # P1 -> docs/mma_decode_bench.png (uses
+    python3 -m bench.kernels.bench_mma_decode --plot-from JSON [--plot PNG]   # P1 -> docs/mma_decode_bench.png (uses
                                                     # plot_mma_decode below and the overlay's own dispatch)
 
 matplotlib is optional: without it a plot is refused with one line and nothing else changes. The indexer and
-MHC-pre benches print markdown tables, and their saved output (the raw file in bench/results) is what these
+MHC-pre benches print markdown tables, and their saved output (the raw file in bench/runs) is what these
 plots read; bench_mma_decode.py saves JSON and draws its plot at the end of a run.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "bench" / "runs"
 # What BENCHMARKS.md shows: (raw output, picture).
 DEFAULTS = {
-    "indexer": (RESULTS / "2026-12-01-bench_indexer.txt", REPO / "docs/indexer_bench.png"),
-    "mhc-pre": (RESULTS / "2026-12-01-mhc-pdl-run2-bench_mhc_pre.txt", REPO / "docs/mhc_pre_bench.png"),
+    "indexer": (RESULTS / "2026-12-01-indexer-mhc" / "2026-12-01-bench_indexer.txt", REPO / "docs/indexer_bench.png"),
+    "mhc-pre": (RESULTS / "2026-12-01-mhc-pdl-run2" / "2026-12-01-mhc-pdl-run2-bench_mhc_pre.txt", REPO / "docs/mhc_pre_bench.png"),
 }
 
 

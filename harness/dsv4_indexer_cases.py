@@ -1,7 +1,7 @@
 """The DSv4 indexer and MHC-pre functions out of a real upstream tree, inputs for them, and probes.
 
-Shared by tests/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
-tests/gpu/test_indexer_gpu.py, tests/gpu/test_mhc_gpu.py and bench/bench_indexer.py, bench/bench_mhc_pre.py,
+Shared by tests/kernels/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
+tests/gpu/test_indexer_gpu.py, tests/gpu/test_mhc_gpu.py and bench/kernels/bench_indexer.py, bench/kernels/bench_mhc_pre.py,
 bench/experiments/mhc_graph_sweep.py.
 
 `indexer.py` and `deepseek_v4.py` import the whole SGLang runtime, so the pure functions are
@@ -317,7 +317,7 @@ def upstream_trees(pristine: str | None = None, patched: str | None = None) -> t
     import shutil
     import tempfile
 
-    repo = Path(__file__).resolve().parents[1]
+    from serving import REPO as repo
     from patchkit.engine import Engine
     from patchkit.fetch import fetch
     from patchkit.lockfile import load_lock

@@ -17,6 +17,8 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
+from serving import REPO
+
 
 def load_module(path: Path, name: str | None = None) -> types.ModuleType:
     """Import one file by path (its own imports must be satisfiable)."""
@@ -146,8 +148,7 @@ def _release_reader(tree: Path | None, line: str | None):
     from patchkit.lockfile import load_lock
     from patchkit.pristine import Pristine
 
-    repo = Path(__file__).resolve().parents[1]
-    wheel = Pristine(fetch(load_lock(repo / "pin.lock", line).upstream("sglang"), log=lambda *_: None))
+    wheel = Pristine(fetch(load_lock(REPO / "pin.lock", line).upstream("sglang"), log=lambda *_: None))
     return (lambda rel: wheel.read(rel).decode()), (lambda rel: f"{wheel.wheel}/{rel}")
 
 
@@ -277,7 +278,7 @@ def release_custom_op(tree: Path | None = None, line: str | None = None, cpu_ker
 
 def overlay_line(path: Path) -> str | None:
     """The release line of a file under this checkout's overlay/<line>/, else None."""
-    overlay = Path(__file__).resolve().parents[1] / "overlay"
+    overlay = REPO / "overlay"
     try:
         return Path(path).resolve().relative_to(overlay).parts[0]
     except ValueError:

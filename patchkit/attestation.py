@@ -65,7 +65,7 @@ def describe(target: Path, ident: PatchSetId | None = None) -> str:
             f"series digest {data['series_digest'][:16]}")
     if ident is None:
         return said
-    if data["series_digest"] == ident.digest:
+    if data["series_digest"] == ident.digest and data["version"] == ident.version and data["line"] == ident.line:
         return said + " (this patch set)"
     if data["line"] != ident.line:      # another release line: apply refuses this target, its own line fits it
         return said + f" (NOT this patch set: {ident.label}; the target is line {data['line']}'s)"

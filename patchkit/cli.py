@@ -6,13 +6,14 @@ The caller (apply.py) names the repository and may add subcommands of its own (`
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from . import PatchkitError, UsageError, attestation, patchset
+from . import PatchkitError, UsageError, attestation, faults, patchset
 from .check import check_repository
 from .engine import EditedFileError, Engine
 from .lines import COPIES, copies_problems
@@ -21,6 +22,7 @@ from .bookkeeping import RepoFiles
 from .pr import export as export_pr
 from .rebase import run as rebase
 from .report import format_state, printable_streams, table
+from .series import refuse_linked_data
 from .state import APPLIED, PRISTINE
 from .paths import under
 from .worktree import build_worktree, export_series, overlay_claims, write_overlay, write_series
@@ -104,7 +106,7 @@ def cmd_check(engine, args) -> int:
     if not args.line:
         copies = copies_problems(engine.repo, lines)
         print(f"lines {', '.join(lines)}: {COPIES}: " + ("FAIL: " + "; ".join(copies) if copies else
-                                                          "ok (same-name overlay files agree or say why not)"))
+                                                          "ok (same-name overlay files and upstream tests agree or say why not)"))
         failed |= bool(copies)
     return 1 if failed else 0
 
@@ -132,6 +134,7 @@ def cmd_worktree(engine, args) -> int:
 
 
 def cmd_export(engine, args) -> int:
+    refuse_linked_data(engine.patches_root, engine.overlay_root)    # never written through a link
     src = _worktree_dir(engine, args)
     if not (src / ".git").is_dir():
         raise PatchkitError(f"{src}: expected a worktree made by 'apply.py worktree {args.upstream}', found none")
@@ -214,6 +217,14 @@ def _engine(args, repo: Path | None, shipped: Path | None) -> Engine:
     raise PatchkitError(f"expected a checkout (pin.lock in {Path.cwd()} or a parent) or --repo DIR, found neither")
 
 
+def os_error(exc: OSError) -> str:
+    """An error of the machine in one line, naming the file it was about (as git and pip do)."""
+    text = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    if exc.errno == errno.ENOSPC:
+        text += " (the disk holding it is full: free space there and run the command again)"
+    return text
+
+
 def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = None) -> int:
     """Run one command on the repository `repo` (a checkout, None if none was found), else `shipped` (an
     installed package's own pin.lock, patches/ and overlay/, read-only); `extensions` add the caller's own
@@ -223,6 +234,9 @@ def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = Non
     args = parser.parse_args(argv)
     if not args.version and args.command is None:
         parser.error("expected a COMMAND (or --version), found none")
+    if faults.problem():     # bad input: refused before anything is read or written
+        print(f"error: {faults.problem()}", file=sys.stderr)
+        return 2
     try:
         engine = _engine(args, repo, shipped)
         if args.version:
@@ -238,7 +252,7 @@ def main(repo: Path | None, argv=None, extensions=(), shipped: Path | None = Non
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:   # the machine's (a full disk, a permission): still one line, never a traceback
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {os_error(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ overlay/LINE/ (what to change); the default target is build/site-LINE.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import shutil
 from contextlib import nullcontext
 from pathlib import Path
@@ -201,16 +202,54 @@ class Engine:
                     return f" (the release of line {other}: pass --line {other})"
         return ""
 
+    def _installed(self, target: Target) -> dict[str, str]:
+        """upstream name -> the version the tree holds (from its dist-info), for those that have one."""
+        found = {}
+        for name, up in self.lock.upstreams.items():
+            got = target.installed_version(up.package)
+            if got:
+                found[name] = got[0]
+        return found
+
+    def _line_holding(self, installed: dict[str, str]) -> str | None:
+        """The line of pin.lock whose pins are the releases the tree holds, if one is."""
+        for line in self.lock.lines:
+            lock = self.lock if line == self.lock.line else load_lock(self.lock.path, line)
+            if installed and all(name in lock.upstreams and lock.upstreams[name].version == v
+                                 for name, v in installed.items()):
+                return line
+        return None
+
     def _refuse_other_line(self, target: Target, op: str) -> None:
-        """A tree whose attestation names another line carries that line's set: only that line may touch it."""
+        """A tree whose attestation names another line carries that line's set: only that line may touch it.
+        An attestation whose line pins other releases than the tree now holds (a newer release installed over
+        an applied tree) describes nothing there any more: every line would refuse the tree, so the refusal
+        names the file and the one command that resets it, as git names a stale index.lock."""
         try:
             data = attestation.read(target.path)
         except PatchkitError:
             return          # a malformed manifest is status's to report; the hashes still guard every write
-        if data is not None and data["line"] != self.lock.line:
+        if data is None:
+            return
+        installed = self._installed(target)
+        holds = ", ".join(f"{self.lock.upstream(n).package} {v}" for n, v in installed.items()) or "it"
+        try:
+            attested = self.lock if data["line"] == self.lock.line else load_lock(self.lock.path, data["line"])
+        except PatchkitError:
+            attested = None     # a line pin.lock no longer names: refused below as another line's
+        stale = attested is not None and any(n in attested.upstreams and attested.upstreams[n].version != v
+                                             for n, v in installed.items())
+        if stale:
+            manifest = target.path / attestation.MANIFEST
+            line = self._line_holding(installed)
+            then = f"{op} --line {line}" if line else op
+            raise PatchkitError(f"target {target.path}: expected the releases its attestation {manifest} names "
+                                f"(line {data['line']}: {', '.join(data['applied_to']) or 'none'}), found {holds} "
+                                f"installed over them since; that attestation describes nothing here any more: "
+                                f"reset it with `rm {shlex.quote(str(manifest))}`, then run {then}; nothing written")
+        if data["line"] != self.lock.line:
             raise PatchkitError(f"target {target.path}: expected line {self.lock.line}, found line {data['line']}'s "
-                                f"patch set on {', '.join(data['applied_to']) or 'it'}: {op} it with --line "
-                                f"{data['line']}; nothing written")
+                                f"patch set on {holds}: {op} it with --line {data['line']}; nothing written")
 
     # -- operations -----------------------------------------------------------------------------
     def _changes(self, state: TargetState, target: Target, to_final: bool) -> list[Change]:

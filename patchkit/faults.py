@@ -8,21 +8,40 @@ transaction's file writes). At the N-th pass through `point(POINT, N)` the proce
   pause   create $PATCHKIT_TEST_PAUSE.waiting, then wait until $PATCHKIT_TEST_PAUSE exists (at most 60 s)
 Points: write, rollback (transaction.py), tmp (between a temp file's write and its rename), unpack
 (pristine.py, per file), backup, restore (backup.py), replay, refresh (rebase.py), fetched (fetch.py: a
-cached wheel verified and open, before it is read).
+cached wheel verified and open, before it is read), downloaded (fetch.py: pip has saved a wheel into its
+download folder, nothing verified or cached yet), pr-body (export-pr: a PR body between its temp file and
+its rename).
 """
 from __future__ import annotations
 
 import errno
 import os
+import re
 import time
+
+from . import PatchkitError
+
+VARIABLE = "PATCHKIT_TEST_FAULT"
+KINDS = ("kill", "raise", "enospc", "pause")
+_ITEM = re.compile(r"(?:([A-Za-z][A-Za-z0-9_-]*):)?(" + "|".join(KINDS) + r"):(\d+)")
+
+
+def problem() -> str | None:
+    """What is wrong with PATCHKIT_TEST_FAULT, in one line (None when it is unset or well formed)."""
+    for item in os.environ.get(VARIABLE, "").split(","):
+        if item and not _ITEM.fullmatch(item):
+            return (f"{VARIABLE}: expected a comma-separated list of [POINT:]KIND:N with KIND one of "
+                    f"{', '.join(KINDS)} and N a count, found {item!r}")
+    return None
 
 
 def _specs():
-    for item in filter(None, os.environ.get("PATCHKIT_TEST_FAULT", "").split(",")):
-        parts = item.split(":")
-        if len(parts) == 2:
-            parts = ["write", *parts]
-        yield parts[0], parts[1], int(parts[2] or 0)
+    bad = problem()
+    if bad:      # the command line checks it first (exit 2); a library caller still gets one line
+        raise PatchkitError(bad)
+    for item in filter(None, os.environ.get(VARIABLE, "").split(",")):
+        where, kind, n = _ITEM.fullmatch(item).groups()
+        yield where or "write", kind, int(n)
 
 
 def point(name: str, count: int) -> None:

@@ -11,11 +11,15 @@ a file swapped in after the check is never read, and a FIFO or device never bloc
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,9 +83,59 @@ def _pip_download(package: str, version: str, like: str, dest: Path) -> Path:
     return saved[0]
 
 
-def _download_dir() -> tempfile.TemporaryDirectory:
-    # inside the cache: a verified file is renamed into place, a refused one goes with the directory
-    return tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".pip-download-")
+DOWNLOAD_PREFIX = ".pip-download-"
+_IN_USE = ".patchkit-in-use"      # flock'ed by the run that downloads into the directory, for as long as it does
+_CREATING = 600                   # seconds a directory without that file may still be one being created
+
+
+@contextmanager
+def _download_dir():
+    """A private directory inside the cache for one pip download (a verified file is renamed into place, a
+    refused one goes with the directory), holding a locked file while in use: a run killed mid-download
+    leaves it unlocked, and the next fetch removes it, as pip removes its own temp directories."""
+    with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=DOWNLOAD_PREFIX) as tmp:
+        fd = os.open(Path(tmp) / _IN_USE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            files = Path(tmp) / "files"
+            files.mkdir()
+            yield files
+        finally:
+            os.close(fd)
+
+
+def remove_abandoned_downloads(log=print) -> list[Path]:
+    """Remove the download directories of runs that were killed (their lock can be taken); a download in
+    progress (locked) is left alone. Returns what was removed."""
+    removed = []
+    for entry in sorted(cache_dir().glob(DOWNLOAD_PREFIX + "*")):
+        if fsio.kind_of(entry) != "a directory":
+            continue
+        try:
+            fd = os.open(entry / _IN_USE, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:    # being created this instant, or left by a version without the lock file
+            try:
+                if time.time() - entry.stat().st_mtime < _CREATING:
+                    continue
+            except FileNotFoundError:
+                continue
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+        except BlockingIOError:
+            continue                 # a download in progress
+        finally:
+            if fd is not None:
+                os.close(fd)
+    if removed:
+        log(f"removed {len(removed)} download folder(s) an interrupted fetch left in the cache: "
+            f"{', '.join(str(p) for p in removed)}")
+    return removed
 
 
 def _keep(path: Path, dest: Path) -> None:
@@ -119,17 +173,23 @@ def fetch_open(upstream, log=print):
     """(path, open handle) of the cached, verified artifact of `upstream` (a lockfile.Upstream); the handle
     is the one whose bytes were hashed. pip is asked only when nothing is cached."""
     dest = cache_dir() / upstream.artifact
+    remove_abandoned_downloads(log)
     if fsio.kind_of(dest) is None:      # anything else there (a link, a FIFO) is refused by _open_verified
         log(f"fetching {upstream.artifact} through pip")
         with _download_dir() as tmp:
             got = _pip_download(upstream.package, upstream.version, upstream.artifact, Path(tmp))
+            faults.point("downloaded", 0)   # pip has saved the file, nothing is verified or cached yet
             if got.name != upstream.artifact:
                 raise PatchkitError(f"pip download {upstream.package}=={upstream.version}: expected {upstream.artifact}, "
                                     f"found {got.name}; nothing cached")
             _check_sha256(got, upstream, f"{got.name} from pip",
                           "pin.lock and the file pip's configuration serves disagree; nothing cached")
             _keep(got, dest)
-    handle = _open_verified(dest, upstream, "delete the file to fetch it again")
+    # which of the two is wrong is not ours to guess (pip's --require-hashes does not either): never advise
+    # deleting a cached file that may be the good one
+    handle = _open_verified(dest, upstream, "the pin in pin.lock and the cached file disagree: if pin.lock's sha256 "
+                            "was edited, restore it (git diff pin.lock); if not, the cached file is not the pinned "
+                            "release: find out where it came from before replacing it; nothing read from it")
     n = _verified.get(upstream.name, 0)
     _verified[upstream.name] = n + 1
     faults.point("fetched", n)      # the race test swaps the cached file here: the handle must not care

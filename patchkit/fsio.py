@@ -83,13 +83,20 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None, fault: str | 
             _counts[fault] = n + 1
             faults.point(fault, n)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:   # a failed write() names no file: name it
+            raise named(exc, path) from None
         raise
     _fsync_dir(path.parent)
+
+
+def named(exc: OSError, path: Path) -> OSError:
+    """`exc` with the file it was about (a full disk, an I/O error of write(), which carry no file name)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def _fsync_dir(d: Path) -> None:

@@ -2,7 +2,8 @@
 
 A line is one [line."NAME"] of pin.lock with its patches/NAME/ and overlay/NAME/. Where two lines carry a file
 with the same path below the overlay root, or the same file name (a module upstream moved between releases),
-overlay/copies.toml must say why they differ, else `check` requires them byte-identical:
+overlay/copies.toml must say why they differ, else `check` requires them byte-identical. The same holds for the
+upstream-style tests each upstream's PRs carry (patches/NAME/UPSTREAM/upstream-tests/), upstream by upstream:
 
     [[differs]]
     a = "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
@@ -71,23 +72,36 @@ def _differs(repo: Path) -> dict[frozenset, str]:
     return out
 
 
+def _copy_roots(repo: Path, line: str) -> dict[str, str]:
+    """{kind: the line's folder of that kind}: its overlay, and each upstream's upstream-tests (compared only
+    with the same upstream's of another line)."""
+    roots = {"overlay": f"overlay/{line}"}
+    for tests in sorted((repo / "patches" / line).glob("*/upstream-tests")):
+        roots[f"upstream-tests of {tests.parent.name}"] = tests.relative_to(repo).as_posix()
+    return roots
+
+
+def _files(top: Path) -> list[str]:
+    return sorted(f.relative_to(top).as_posix() for f in top.rglob("*")
+                  if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+
+
 def copies_problems(repo: Path, lines: list[str]) -> list[str]:
-    """One message per pair of same-path or same-name overlay files of two lines that differ without a reason."""
+    """One message per pair of same-path or same-name files of two lines, overlay files or one upstream's
+    upstream tests, that differ without a reason."""
     repo = Path(repo)
-    files = {}
-    for line in lines:
-        top = repo / "overlay" / line
-        files[line] = sorted(f.relative_to(top).as_posix() for f in top.rglob("*")
-                             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+    roots = {line: _copy_roots(repo, line) for line in lines}
     reasons = _differs(repo)
     out = []
     for la, lb in combinations(lines, 2):
-        for ra in files[la]:
-            for rb in files[lb]:
-                if ra != rb and ra.rsplit("/", 1)[-1] != rb.rsplit("/", 1)[-1]:
-                    continue
-                a, b = f"overlay/{la}/{ra}", f"overlay/{lb}/{rb}"
-                if (repo / a).read_bytes() != (repo / b).read_bytes() and frozenset((a, b)) not in reasons:
-                    out.append(f"{a} and {b}: expected the copies byte-identical or a [[differs]] entry in "
-                               f"{COPIES} saying why, found them different")
+        for kind in sorted(set(roots[la]) & set(roots[lb])):
+            top_a, top_b = roots[la][kind], roots[lb][kind]
+            for ra in _files(repo / top_a):
+                for rb in _files(repo / top_b):
+                    if ra != rb and ra.rsplit("/", 1)[-1] != rb.rsplit("/", 1)[-1]:
+                        continue
+                    a, b = f"{top_a}/{ra}", f"{top_b}/{rb}"
+                    if (repo / a).read_bytes() != (repo / b).read_bytes() and frozenset((a, b)) not in reasons:
+                        out.append(f"{a} and {b}: expected the copies byte-identical or a [[differs]] entry in "
+                                   f"{COPIES} saying why, found them different")
     return out

@@ -106,15 +106,3 @@ def locked(path: Path, label: str, command: str, log=_stderr):
         except FileNotFoundError:
             pass
         os.close(fd)
-
-
-def target_lock(target: Path, command: str, log=_stderr):
-    """The lock of a target directory (bookkeeping.TargetFiles owns its name and opens it)."""
-    from .bookkeeping import TargetFiles   # bookkeeping builds on this module
-    return TargetFiles(target).lock(command, log)
-
-
-def repo_lock(build_root: Path, repo: Path, command: str, log=_stderr):
-    """The repository's data (pin.lock, patches/, overlay/) and its rebase state: one writer at a time."""
-    from .bookkeeping import RepoFiles
-    return RepoFiles(build_root, repo).lock(command, log)

@@ -67,6 +67,7 @@ def parse_patch(path: Path) -> PatchFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PatchkitError(f"{path}: expected a UTF-8 patch file, found a byte that is not UTF-8 at offset {exc.start}") from None
+    _refuse_crlf(text, path)
     head, sep, diff = text.partition("\ndiff --git ")
     if not sep:
         raise PatchkitError(f"{path}: malformed patch: expected a 'diff --git' section, found none")
@@ -101,6 +102,19 @@ def parse_patch(path: Path) -> PatchFile:
         raise PatchkitError(f"{path}: malformed patch: no file headers in its diff")
     return PatchFile(path, subject, body, trailers, paths, created, deleted,
                      author=_header(head, "From"), date=_header(head, "Date"))
+
+
+def _refuse_crlf(text: str, path: Path) -> None:
+    """git format-patch ends every line of its own (headers, `diff --git`, `@@`) with LF; a CR there means the
+    whole file was converted to CRLF (a checkout with core.autocrlf=true, an editor). Content lines may end in
+    CR (a patch of a CRLF file), so only git's own lines are looked at."""
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r") and (line.startswith(("diff --git ", "@@ ", "--- ", "+++ ", "index ", "Subject: "))
+                                    or line.startswith("From ")):
+            raise PatchkitError(f"{path}: expected LF line endings (as git format-patch writes them), found CRLF "
+                                f"(\\r\\n) line endings (line {n}): the file was converted, e.g. by a checkout with "
+                                f"core.autocrlf=true; check it out again (git checkout -- PATH: .gitattributes keeps "
+                                f"patches LF) or convert it back to LF")
 
 
 def _unquote(text: str, where: Path) -> str:

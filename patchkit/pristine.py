@@ -11,7 +11,7 @@ import zipfile
 from functools import cached_property
 from pathlib import Path
 
-from . import PatchkitError, faults
+from . import PatchkitError, faults, fsio
 from .hashing import record_digest
 from .paths import clean_relpath
 from .progress import counted
@@ -124,10 +124,13 @@ class Pristine:
         try:
             writes = counted(names, f"unpacking {self.wheel.name}", log) if log else names
             for i, name in enumerate(writes):
-                faults.point("unpack", i)
                 out = stage / name
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(self._zip.read(name))
+                try:
+                    faults.point("unpack", i)
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(self._zip.read(name))
+                except OSError as exc:     # a full disk: name where it was going, not the staging name
+                    raise fsio.named(exc, dest / name) if exc.filename in (None, str(out)) else exc from None
             self._verify(stage, names, dist_info)
             for top in tops:
                 os.rename(stage / top, dest / top)

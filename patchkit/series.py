@@ -1,8 +1,9 @@
 """A series: the ordered patches of one upstream (patches/<name>/series) and the overlay files they own.
 
-Patch data is read only from regular files: a symlink, FIFO or device anywhere in patches/<name>/ or under
-overlay/ (overlay/ itself included) is refused, one line naming it, so no command reads a file from
-outside the repository (or blocks on a FIFO) through the data.
+Patch data is read only from regular files: a symlink, FIFO or device anywhere in patches/<line>/<name>/ or
+under overlay/<line>/ is refused, one line naming it, and so is a link at patches/, patches/<line>/ or
+overlay/ on the way there, so no command reads a file from outside the repository (or blocks on a FIFO)
+through the data, and export never writes through one.
 """
 from __future__ import annotations
 
@@ -51,6 +52,16 @@ def refuse_non_regular(top: Path, what: str) -> None:
         raise PatchkitError(f"{entry}: expected {what} to hold regular files only, found {kind}")
 
 
+def refuse_linked_data(patches_root: Path, overlay_root: Path) -> None:
+    """patches/, patches/<line>/, overlay/ and overlay/<line>/ (the directories above the series and the
+    overlay files) must be real directories of the repository, never links to elsewhere."""
+    for path in (Path(patches_root).parent, Path(patches_root), Path(overlay_root).parent, Path(overlay_root)):
+        kind = fsio.kind_of(path)
+        if kind not in (None, "a directory"):
+            raise PatchkitError(f"{path}: expected a directory of the repository, found {kind}"
+                                + (f" (to {os.readlink(path)})" if kind == "a symlink" else ""))
+
+
 def read_series_file(directory: Path) -> list[str]:
     listing = directory / "series"
     raw = fsio.read_regular(listing, "a series listing")
@@ -70,6 +81,7 @@ def read_series_file(directory: Path) -> list[str]:
 
 def load_series(name: str, patches_root: Path, overlay_root: Path, root: str) -> Series:
     directory = Path(patches_root) / name
+    refuse_linked_data(patches_root, overlay_root)
     refuse_non_regular(directory, "a patch directory")
     refuse_non_regular(Path(overlay_root), "overlay/")
     names = read_series_file(directory)

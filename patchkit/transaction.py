@@ -9,6 +9,7 @@ temp files belong to bookkeeping.TargetFiles.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -92,11 +93,20 @@ def commit(target: Path, op: str, changes: list[Change]) -> None:
             done.append(c)
         faults.point("write", len(done))
     except Exception as exc:
-        where = changes[len(done)].path if len(done) < len(changes) else "journal"
+        where = str(target / changes[len(done)].path) if len(done) < len(changes) else "journal"
         _roll_back(target, op, where, exc, done, created_dirs)
         files.end()
-        raise PatchkitError(f"{op} failed while writing {where} ({exc}); target restored to its previous state") from None
+        raise PatchkitError(f"{op} failed while writing {where} ({_reason(exc)}); target restored to its previous "
+                            "state") from None
     files.end()
+
+
+def _reason(exc: Exception) -> str:
+    """Why a write failed, without repeating the path the message names (a full disk says what to do)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + ("; the disk is full: free space there and run the command again"
+                               if exc.errno == errno.ENOSPC else "")
+    return str(exc)
 
 
 def _roll_back(target: Path, op: str, where: str, cause: Exception, done: list[Change], created_dirs: list[Path]) -> None:

@@ -2,7 +2,7 @@
 
 The tiny DeepSeek-V4 model that `make serve` runs without a download needs a tokenizer whose
 vocabulary fits its 512-row embedding. This script trains a byte-level BPE on a fixed text, so
-the output is the same on every run; tests/test_serve_tiny_model.py rebuilds it and compares.
+the output is the same on every run; tests/serving/test_serve_tiny_model.py rebuilds it and compares.
 
     .venv-serve/bin/python -m serving.build_tokenizer serving/tiny_tokenizer
 """

@@ -3,7 +3,7 @@
     python3 -m serving.bundle build [--out build/bundle] [--jit-cache DIR] [--gpu-cc 90]     # `make bundle`
     python3 -m serving.bundle install BUNDLE_DIR --into SITE_ROOT                           # on the GPU machine
     python3 -m serving.bundle env SITE_ROOT pinned|patched                                  # export lines for a shell
-    python3 -m serving.bundle carry-size [--bundle build/bundle | --limit-only]   # 16 MiB spare? (`make carry-size`)
+    python3 -m serving.bundle budget [--bundle build/bundle | --limit-only]   # within budget? (`make bundle-budget`)
     python3 -m serving.bundle prebuild-jit --arch 9.0 --out build/jit-cache                 # serving/bundle_jit.py
 
 The GPU machine must already have the pinned runtime (pin.lock [runtime]: torch 2.11.0, triton 3.6.0) on
@@ -53,21 +53,22 @@ from patchkit.lockfile import load_lock
 from patchkit.names import canonical_name
 from patchkit.report import printable_streams
 
-from . import bundle_rezip, bundle_slim
+from . import REPO, bundle_rezip, bundle_slim
+from .bundle_closure import REQUIREMENTS, closure_runtime, read_requirements
 from .bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
                                      write_manifest, write_payload)
 
-REPO = Path(__file__).resolve().parents[1]
 
 TREES = ("pinned", "patched")
-REQUIREMENTS = REPO / "serving" / "bundle_requirements.txt"
 STUBS = REPO / "serving" / "bundle_stubs"
 DEFAULT_OUT = REPO / "build" / "bundle"
 DOWNLOADS = REPO / "build" / "bundle-downloads"
-CARRY_MIB = 64     # what one call to the lent GPU machine carries: the working tree and the bundle together
-SPARE_MIB = 16     # what a bundle call must leave free for what the call adds (a payload, a peer build, wheels)
-LIMIT_MIB = 40     # the bundle make bundle builds at most; the tree may then take CARRY - SPARE - LIMIT = 8 MiB
+# The bundle's budget. What is copied to the GPU machine, the checkout and the bundle together, stays within
+# COPY_MIB and keeps SPARE_MIB free for what may travel beside it (a Triton payload, a peer build, wheels).
+COPY_MIB = 64
+SPARE_MIB = 16
+LIMIT_MIB = 40     # the bundle make bundle builds at most; the tree may then take COPY - SPARE - LIMIT = 8 MiB
 TARGET_PYTHON = "3.12"
 # pip matches manylinux tags exactly: every tag a wheel of the closure carries is listed (x86_64 only).
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
@@ -106,21 +107,6 @@ def env_lines(site_root: Path, tree: str) -> list[str]:
 
 
 # ---- build -------------------------------------------------------------------------------------------------------
-def read_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str, str]]:
-    """[(name, version, why)] from lines 'name==version  # why'."""
-    reqs = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        spec, _, why = line.partition("#")
-        spec = spec.strip()
-        if not spec:
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", spec)
-        if not m or not why.strip():
-            raise BundleError(f"{path}:{n}: expected 'name==version  # why', found {line.strip()!r}")
-        reqs.append((m.group(1), m.group(2), why.strip()))
-    return reqs
-
-
 def find_wheel(folder: Path, name: str, version: str) -> Path:
     found = [p for p in sorted(Path(folder).glob("*.whl"))
              if canonical_name(p.name.split("-")[0]) == canonical_name(name) and p.name.split("-")[1] == version]
@@ -137,14 +123,6 @@ def pip_download(requirements: Path, dest: Path, python_version: str) -> None:
             *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(dest), "-r", str(requirements)]
     say(f"downloading the wheel closure into {dest} (pip download, your pip configuration)")
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-
-
-def closure_runtime(path: Path = REQUIREMENTS) -> tuple[str, str]:
-    """(torch, triton) the closure is written for: its '# runtime: torch==X triton==Y' line."""
-    m = re.search(r"^# runtime: torch==(\S+) triton==(\S+)", path.read_text(), re.M)
-    if not m:
-        raise BundleError(f"{path.name}: expected a '# runtime: torch==X triton==Y' line, found none")
-    return m.group(1), m.group(2)
 
 
 def bundle_line(line: str | None, path: Path = REQUIREMENTS) -> str:
@@ -305,14 +283,14 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
 
 
 def carried_tree_bytes(repo: Path = REPO) -> int:
-    """Bytes of the files a device call sends from the checkout: tracked, and untracked but not ignored."""
+    """Bytes of the checkout's files that are copied to the GPU machine: tracked, and untracked but not ignored."""
     listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             capture_output=True, text=True, check=True).stdout
     return sum(f.stat().st_size for f in (repo / name for name in set(listed.split("\0")) if name) if f.is_file())
 
 
-def carry_size(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMIT_MIB) -> int:
-    """Whether a device call with the tree and a bundle leaves SPARE_MIB of its CARRY_MIB; 1 when it does not.
+def check_budget(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMIT_MIB) -> int:
+    """Whether the tree and a bundle, copied together, leave SPARE_MIB of the COPY_MIB budget; 1 when they do not.
 
     With a built `bundle` its real size counts; with bundle=None (CI, which cannot build one) the most `make bundle`
     builds (`limit_mib`: assemble refuses a bigger bundle), so the check holds for any bundle built from this tree.
@@ -327,11 +305,11 @@ def carry_size(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMIT_
                               f"--limit-only to check the tree against the bundle's size limit)")
         packed = sum(f.stat().st_size for f in files)
         what = f"{os.path.relpath(bundle, repo)} ({packed / MIB:.2f} MiB)"
-    left = CARRY_MIB * MIB - tree - packed
-    say(f"a device call carries the tree ({tree / MIB:.2f} MiB) and {what}: {(tree + packed) / MIB:.2f} of "
-        f"{CARRY_MIB} MiB, {left / MIB:.2f} MiB left, expected at least {SPARE_MIB} MiB left")
+    left = COPY_MIB * MIB - tree - packed
+    say(f"copied to the GPU machine: the tree ({tree / MIB:.2f} MiB) and {what}: {(tree + packed) / MIB:.2f} of the "
+        f"{COPY_MIB} MiB budget, {left / MIB:.2f} MiB left, expected at least {SPARE_MIB} MiB left")
     if left < SPARE_MIB * MIB:
-        say(f"short by {(SPARE_MIB * MIB - left) / MIB:.2f} MiB: archive superseded raw results (bench/results/INDEX.md) "
+        say(f"short by {(SPARE_MIB * MIB - left) / MIB:.2f} MiB: archive superseded raw results (bench/runs/INDEX.md) "
             f"or slim the bundle")
         return 1
     return 0
@@ -364,7 +342,7 @@ def build(out: Path, jit_cache: list[Path] | None, gpu_cc: int, limit_mib: float
             what = ds[0]["path"] if len(ds) == 1 else f"{len(ds)} files"
             print(f"  removed from {dist}: {what} ({sum(d['size'] for d in ds) / MIB:.1f} MiB): {why}")
     say(f"install on the GPU machine: python3 -m serving.bundle install {os.path.relpath(out, REPO)} --into SITE_ROOT")
-    return carry_size(out)
+    return check_budget(out)
 
 
 # ---- install -----------------------------------------------------------------------------------------------------
@@ -508,8 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("env", help="print export lines (PYTHONPATH, TVM_FFI_CACHE_DIR) for one tree")
     e.add_argument("site_root", type=Path)
     e.add_argument("tree", choices=TREES)
-    c = sub.add_parser("carry-size", help=f"do the tree and the bundle leave {SPARE_MIB} of the {CARRY_MIB} MiB a "
-                                          "device call carries?")
+    c = sub.add_parser("budget", help=f"do the tree and the bundle, copied together, leave {SPARE_MIB} of the "
+                                      f"{COPY_MIB} MiB budget?")
     c.add_argument("--bundle", type=Path, default=DEFAULT_OUT)
     c.add_argument("--limit-only", action="store_true",
                    help="no bundle built (CI): count the bundle at its size limit, the most make bundle builds")
@@ -521,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             return build(args.out.resolve(), args.jit_cache, args.gpu_cc, args.limit_mib, args.python_version,
                          line=args.line, whole_wheels=args.whole_wheels)
-        if args.command == "carry-size":
-            return carry_size(None if args.limit_only else args.bundle.resolve())
+        if args.command == "budget":
+            return check_budget(None if args.limit_only else args.bundle.resolve())
         if args.command == "install":
             return install(args.bundle, args.into)
         if args.command == "env":

@@ -27,7 +27,9 @@ import subprocess
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from . import REPO
+from .bundle_closure import REQUIREMENTS, read_requirements
+
 WORK = REPO / "build" / "jit-prebuild"
 
 # The modules the DeepSeek-V4 server's sm_120 branches build on first use whose template arguments do not depend
@@ -113,7 +115,6 @@ def _patch_touches_jit_kernel(engine) -> list[str]:
 
 def prepare(python: Path, engine) -> tuple[Path, Path]:
     """(sglang tree, deps dir) for the compiling process."""
-    from .bundle import REQUIREMENTS, read_requirements
     tree = WORK / f"tree-{engine.lock.line}"     # one per line: two lines' wheels never share a tree
     if not (tree / "sglang" / "jit_kernel").is_dir():
         say(f"unpacking the pinned sglang wheel into {tree}")

@@ -39,7 +39,7 @@ def kernel_drop_reason(member: str, gpu_cc: int) -> str | None:
 
 # transformers 5.8.1's models/ is 35 MB of its 42: every model's implementation, its modular_ sources and conversion
 # scripts. The DeepSeek-V4 server path (sglang's model registry imports every sglang model module at start) imports
-# the modeling_ modules of these models only; tests/test_serve_transformers_slim.py imports that path against the
+# the modeling_ modules of these models only; tests/serving/test_serve_transformers_slim.py imports that path against the
 # pinned sglang (make test-serve) and fails on a modeling module not listed here.
 TRANSFORMERS_MODELING_KEPT = frozenset({
     "auto", "clip", "glmasr", "llama", "llama4", "llava", "mistral3", "mllama", "parakeet", "pixtral", "qwen2",

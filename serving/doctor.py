@@ -25,8 +25,8 @@ from pathlib import Path
 
 from patchkit import PatchkitError, jsonio
 from patchkit.report import printable_streams
+from . import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # make install's venv in a checkout; installed (pip install . into the sglang environment), that environment
 _INSTALLED = __package__ != "serving" and not (REPO / "pyproject.toml").is_file()
 DEFAULT_VENV = Path(sys.prefix) if _INSTALLED else REPO / ".venv-sglang"
@@ -344,13 +344,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_doctor(args: argparse.Namespace, engine=None) -> int:
-    from patchkit.lockfile import load_lock
-
-    if engine is None and getattr(args, "line", None):
+    """`engine`: the command's own (apply.py doctor hands down the one its command line resolved); standalone, the
+    line is resolved here, once, and that Engine is what every check below reads."""
+    if engine is None:
         from patchkit.engine import Engine
-        engine = Engine.from_repo(REPO, line=args.line)
+        engine = Engine.from_repo(REPO, line=getattr(args, "line", None))
     facts = gather(args.venv, args.target, engine)
-    pins = pinned_versions(engine.lock if engine is not None else load_lock(REPO / "pin.lock"))
+    pins = pinned_versions(engine.lock)
     problems = verdict(facts, pins, args.venv, want_tree=getattr(args, "tree", "patched"))
     blocking = [p for p in problems if p.blocking]
     if args.gate:

@@ -1,7 +1,7 @@
 """`make install`: a virtualenv with the pinned SGLang release and its pinned dependencies, patched.
 
     python -m serving.install [--venv .venv-sglang]          # the serving environment (GPU machine)
-    python -m serving.install --cpu-test-venv .venv-serve    # what tests/test_serve_*.py need on a CPU
+    python -m serving.install --cpu-test-venv .venv-serve    # what tests/serving/test_serve_*.py need on a CPU
 
 The serving environment gets `sglang==<pin>` from the package index with everything that release
 pins (torch, FlashInfer, sglang-kernel, ...), pip showing progress for the large downloads; then
@@ -20,8 +20,8 @@ from patchkit import PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import load_lock
 from patchkit.report import printable_streams
+from . import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CPU_TEST_REQUIREMENTS = REPO / "serving" / "requirements-cpu-test.txt"
 
 

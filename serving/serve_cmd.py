@@ -10,7 +10,7 @@ The command is printed before it runs, so it can be copied and edited.
 python3/torch/triton instead of the .venv-sglang of `make install`: DIR is the bundle directory
 (installed on first use into build/bundle-site) or an already installed SITE_ROOT. --tree picks
 the patched tree (default) or the pinned baseline. The server then also gets the GPU-box harness:
-serving/boxhooks first on PYTHONPATH (OVERLAY_EMULATE_SM120=1 if set; hc_split_sinkhorn without
+serving/test_hooks/boxhooks first on PYTHONPATH (OVERLAY_EMULATE_SM120=1 if set; hc_split_sinkhorn without
 tilelang) and BOX_ENV, the upstream switches that route around tilelang and DeepGEMM.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from patchkit.report import printable_streams
 
 from . import tiny_model
+from . import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 DEFAULT_PORT = 30000
 DEFAULT_CONTEXT = 65536          # real model: the indexer's CUDA-graph work scales with this
@@ -38,7 +38,7 @@ PREFILL_CHUNK = 8192
 
 # The switches of the sm_120 paths the patches live on, each set to the value that keeps the
 # patched code in use, so a stale shell variable cannot route around it. Every SGLANG_* name the
-# series adds must be listed here (tests/test_serve_cmd.py checks it against the patched tree).
+# series adds must be listed here (tests/serving/test_serve_cmd.py checks it against the patched tree).
 OVERLAY_ENV = {
     # P1: the head-tiled MMA sparse-decode kernel (triton = upstream per-head kernel, torch = fallback)
     "SGLANG_SM120_SPARSE_DECODE": "mma",
@@ -62,9 +62,9 @@ BOX_ENV = {
     "SGLANG_OPT_USE_TOPK_V2": "0",              # indexer top-k: topk_transform_512 (v2 needs > 99 KB smem)
     "SGLANG_OPT_USE_TILELANG_MHC_POST": "0",    # hc_post: torch, not tilelang mhc_post
 }
-# Several GPUs on one host: no NVLink multicast (the lent machines' notes; harmless on one GPU).
+# Several GPUs on one host: no NVLink multicast (NCCL's multicast setup fails on some hosts; harmless on one GPU).
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-HOOKS_DIR = Path(__file__).resolve().parent / "boxhooks"
+HOOKS_DIR = Path(__file__).resolve().parent / "test_hooks" / "boxhooks"
 DEFAULT_SITE = REPO / "build" / "bundle-site"
 TREES = ("pinned", "patched")
 

@@ -35,8 +35,8 @@ from patchkit import jsonio
 from patchkit.report import printable_streams
 
 from . import serve_cmd
+from . import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOG = REPO / "build" / "smoke-server.log"
 PROMPT = "The capital of France is"
 

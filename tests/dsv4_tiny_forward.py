@@ -1,4 +1,4 @@
-"""The tiny DeepSeek-V4's state_dict shapes and a plain-torch pass through it (tests of serving/dummy_init.py).
+"""The tiny DeepSeek-V4's state_dict shapes and a plain-torch pass through it (tests of serving/test_hooks/dummy_init.py).
 
 `tiny_state(config)` lays out every persistent tensor the pinned model creates for a config (names, shapes,
 dtypes as in sglang 0.5.14: models/deepseek_v4.py MQALayer / DeepseekV4DecoderLayer / DeepseekV4Model,
@@ -7,7 +7,7 @@ linear (weight [out, in] float8 + weight_scale_inv per 128x128) and mxfp4_marlin
 (w13 [E, 2I, H/2] int8, per-32 fp32 scales)), on the CPU, uninitialised like torch.empty.
 
 `forward(state, config, ids)` runs the residual streams through every layer with dequantised weights:
-the real MHC-pre mixes (hc_pre_torch_impl out of the tree) and sinkhorn (serving/hc_sinkhorn.py), causal
+the real MHC-pre mixes (hc_pre_torch_impl out of the tree) and sinkhorn (serving/test_hooks/hc_sinkhorn.py), causal
 attention with the per-head sink, the grouped wo_a, the routed FP4 experts (sqrt-softplus top-k) plus the
 shared expert, and the hc head. It records each stream's RMS, so a test can see whether activations
 stay O(1). It is not sglang's forward (no compression, no indexer top-k, no KV quantisation): it checks
@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from serving.hc_sinkhorn import hc_split_sinkhorn_torch
+from serving.test_hooks.hc_sinkhorn import hc_split_sinkhorn_torch
 
 BLOCK = 128
 FP4_GROUP = 32

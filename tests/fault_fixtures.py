@@ -5,7 +5,7 @@ its own, and patched by a two-patch series made with git format-patch, as the re
 index on disk serves its releases through pip's own configuration (pip_env), so that `rebase` runs as it
 does against a package index, offline and in seconds. Nothing here imitates SGLang: these tests exercise
 patchkit, which is generic; the real pinned wheels are used where the property depends on them
-(tests/test_faults_unpack.py).
+(tests/faults/test_faults_unpack.py).
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _series(dest: Path) -> list[Path]:
     git(wt, "add", "-A")
     git(wt, "commit", "-qm", "pristine demo 1.0")
     git(wt, "tag", PRISTINE_TAG)
-    trailers = "Upstream-Status: Pending\nEvidence: none\nTest: tests/test_faults_paths.py"
+    trailers = "Upstream-Status: Pending\nEvidence: none\nTest: tests/faults/test_faults_paths.py"
     core = (wt / "demo/core.py").read_text().replace("return x + 5\n", "from demo.extra import g\n    return g(x) + 5\n")
     (wt / "demo/core.py").write_text(core)
     git(wt, "commit", "-qam", f"demo: route f5 through extra.g\n\nwhy\n\n{trailers}\nOverlay: {EXTRA}\n")

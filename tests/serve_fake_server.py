@@ -1,4 +1,4 @@
-"""Test double for the sglang server process, driven by tests/test_serve_smoke.py.
+"""Test double for the sglang server process, driven by tests/serving/test_serve_smoke.py.
 
     python tests/serve_fake_server.py MODE --port P [--pid-file F]
 
@@ -11,7 +11,7 @@ Modes:
   logprobs      `good`, and /generate with return_logprob answers sglang's logprob fields (a batch of
                 input_ids lists: a list of answers), from a fixed pseudo-random table (FAKE_SHIFT adds to it);
                 each such request logs the kernel check's line with the error FAKE_SHADOW, as
-                serving/shadow_decode.py does in a real server
+                serving/test_hooks/shadow_decode.py does in a real server
 """
 from __future__ import annotations
 
@@ -101,8 +101,13 @@ def _handler(mode: str):
                 def write_later():
                     import gzip
                     time.sleep(0.3)
-                    with gzip.open(os.path.join(folder, f"{prefix}-1-TP-0.trace.json.gz"), "wt") as fh:
+                    # written whole, then renamed: however loaded the machine, a reader that sees the file
+                    # reads all of it (the driver waits for it to appear, under a hang guard)
+                    final = os.path.join(folder, f"{prefix}-1-TP-0.trace.json.gz")
+                    partial = os.path.join(folder, ".partial-trace")     # a name no trace glob matches
+                    with gzip.open(partial, "wt") as fh:
                         json.dump(trace, fh)
+                    os.replace(partial, final)
                 __import__("threading").Thread(target=write_later, daemon=True).start()
                 data = b"Start profiling.\n"
                 self.send_response(200)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from bench import bench_mma_decode as bm
+from bench.kernels import bench_mma_decode as bm
 from bench.command import command_line
 from harness.upstream import load_kernel
 

@@ -5,7 +5,7 @@ CPU and report registers, spills, shared memory and the SASS instruction mix of 
     .venv/bin/python -m bench.experiments.count_instructions [--json FILE] [--configs NAME ...]
         [--extra BLOCK_H,BLOCK_T,warps,stages ...]
 
-The kernel is compiled as tests/test_mma_aot.py compiles it (same signature, production
+The kernel is compiled as tests/kernels/test_mma_aot.py compiles it (same signature, production
 specialisation, unsplit), with the same helpers (harness/aot.py); registers / spills from the ptxas that ships with
 Triton (`-v`, the same PTX); the SASS from its nvdisasm. The main loop is the backward branch whose
 body holds the most HMMA instructions. Counts are per thread (SASS is per warp, one
@@ -27,8 +27,8 @@ from pathlib import Path
 # AOT test uses them.
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SHIPPED_PATH = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 
 # SASS opcode (before the first '.') -> column of the table.

@@ -1,7 +1,7 @@
 """NOT YET RUN ON A GPU (AOT only). Warp-specialised Gluon P1 sparse decode (issue 12, "Next step" 1).
 
 Written in a session without a GPU and without a Gluon interpreter: it compiles for sm_120 and sm_90
-(tests/test_gluon_ws_aot.py), nothing more is known. Numerics and time are for the next H200 session:
+(tests/kernels/test_gluon_ws_aot.py), nothing more is known. Numerics and time are for the next H200 session:
 
     python -m pytest -q tests/gpu/test_gluon_ws_gpu.py && python -m bench.experiments.gluon_ws_decode --bench
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 import triton
@@ -44,8 +43,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mbarrier, mma_v2
 
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
 _m = load_kernel(OVERLAY, "flash_mla_sm120_mma_ws")
 
@@ -461,7 +460,7 @@ PROBES = {"": 0, "gather": 1, "mma": 2}
 
 
 def ws_constexprs(name: str, split: bool, **over) -> dict:
-    """Constexprs of a WS config in the production specialisation (as tests/test_mma_aot.py's gluon ones);
+    """Constexprs of a WS config in the production specialisation (as tests/kernels/test_mma_aot.py's gluon ones);
     `name` may carry a probe suffix (":gather", ":mma")."""
     name, _, probe = name.partition(":")
     over = {"PROBE": PROBES[probe], **over}
@@ -529,7 +528,7 @@ def ws_sparse_decode(q, k_cache, indices, topk_length, attn_sink, softmax_scale,
 
 # ----------------------------------------------------------------------------- AOT (CPU)
 def aot_rows(archs=(120, 90), names=None, cache_variants=None) -> list[dict]:
-    """Compile every WS config (split and unsplit, both caches and one) as tests/test_mma_aot.py compiles the
+    """Compile every WS config (split and unsplit, both caches and one) as tests/kernels/test_mma_aot.py compiles the
     shipped kernels; with SASS counts of the MMA loop (count_instructions.py's method)."""
     from harness.aot import DIV16, MAIN_SIGNATURE, build_report, compile_kernel
     from bench.experiments.count_instructions import main_loop_mix, sass
@@ -555,9 +554,9 @@ def aot_rows(archs=(120, 90), names=None, cache_variants=None) -> list[dict]:
 
 # ----------------------------------------------------------------------------- GPU timing
 def bench(configs, heads=(8, 16), batches=(16, 64, 128)) -> list[dict]:
-    """H200: WS configs next to the shipped g32dqq, same method as bench/bench_mma_decode.py (CUDA-graph
+    """H200: WS configs next to the shipped g32dqq, same method as bench/kernels/bench_mma_decode.py (CUDA-graph
     replay over ROTATE input sets, shared pools, error vs its float64 reference)."""
-    from bench import bench_mma_decode as bm
+    from bench.kernels import decode_timing as bm
 
     bm.print_header()   # command, GPU, versions, as every decode bench
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -5,9 +5,9 @@ pipeliner leaves the loop alone: page indices are loaded two groups ahead and th
 ahead, both issued before the current group's MMA, so each load's latency overlaps a group of work.
 `_paged_mqa_logits_prefetch2_kernel` keeps the next two groups in flight.
 
-Measured on the H200 (2026-12-01, bench/results/2026-12-01-p4-sweep.txt): slower than the pipelined
+Measured on the H200 (2026-12-01, bench/runs/2026-12-01-indexer-mhc/2026-12-01-p4-sweep.txt): slower than the pipelined
 loop of the overlay at every full-row size (batch 64, 1M tokens: 0.98-1.91 ms against 0.81 ms for
-num_stages=5), so not shipped; kept for the record (docs/indexer_mhc_notes.md).
+num_stages=5), so not shipped; kept for the record (bench/notes/indexer_mhc_notes.md).
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import statistics
 import torch
 import triton
 
-from bench.bench_mhc_pre import bound_ratio, median_us
+from bench.kernels.bench_mhc_pre import bound_ratio, median_us
 from bench.experiments import mhc_graph_variants as V
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C

@@ -9,7 +9,7 @@ sweep: 14.8 us). Same numerics as the overlay: splits added in index order by th
 `_empty_first` / `_empty_second`: no-op kernels, to time the graph replay floor of one and two launches
 (with and without programmatic dependent launch).
 
-Measured on the H200 (2026-12-01, bench/results/2026-12-01-mhc-pdl-run{1,2}-sweep.txt): the one-launch kernel
+Measured on the H200 (2026-12-01, bench/runs/2026-12-01-mhc-pdl-run{1,2}/2026-12-01-mhc-pdl-run{1,2}-sweep.txt): the one-launch kernel
 replays in 10.5-30 us (CUPTI: the kernel alone 11.4 us at T = 2), against 4.9-5.2 us for the overlay's two
 launches with PDL, so not shipped; a graph of one no-op kernel replays in 4.6-4.9 us (the method's floor).
 """

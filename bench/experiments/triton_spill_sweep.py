@@ -1,6 +1,6 @@
 """Which MMA decode tile shapes compile spill-free for sm_120 under the running Triton (AOT, no GPU), and whether a
 spill comes from Triton's PTX or from its ptxas: each shape's PTX goes through this Triton's ptxas and, with
---other-ptxas, through another release's too (docs/mma_decode_notes.md, "Triton 3.8").
+--other-ptxas, through another release's too (bench/notes/mma_decode_notes.md, "Triton 3.8").
 
     env -u TRITON_INTERPRET .venv-triton38/bin/python -m bench.experiments.triton_spill_sweep \
         --other-ptxas .venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas-blackwell
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
 from harness.upstream import load_kernel
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 KERNEL = REPO / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
 SHAPES = ((16, 16), (16, 32), (16, 64), (32, 16), (32, 32))
 

@@ -10,13 +10,14 @@ branch is made: patch status, data, vocabulary, identity, and that the change ap
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import PatchkitError, UsageError
+from .. import PatchkitError, UsageError, fsio
 from ..check import depends_on_errors
 from ..conditions import replacements_of, superseded_by
 from ..gitcmd import checkout_git
@@ -146,9 +147,46 @@ def check_checkout(repo: Path, up) -> None:
         raise PatchkitError(f"export-pr: {repo}: expected the top of a git checkout, found "
                             f"{'a subdirectory of ' + top.stdout.strip() if top.returncode == 0 else 'no git repository'}")
     dirty = checkout_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
+    stopped = operation_in_progress(repo)
+    if stopped:        # stash cannot save a conflicted index: say what git itself says to do
+        what, finish, abort = stopped
+        conflicted = [line[3:] for line in dirty if line[:2] in ("DD", "AU", "UD", "UA", "DU", "AA", "UU")]
+        raise PatchkitError(f"export-pr: {repo}: expected a clean checkout, found {what} in progress"
+                            + (f" with {len(conflicted)} conflicted file(s), e.g. '{conflicted[0]}'" if conflicted else "")
+                            + f"; finish it ({finish}) or abort it ({abort}) first; nothing written")
     if dirty:
         raise PatchkitError(f"export-pr: {repo}: expected a clean checkout, found {len(dirty)} changed file(s), "
                             f"e.g. '{dirty[0][3:]}'; commit or stash them first")
+
+
+# what git leaves in its directory while an operation is stopped, and how git says to finish or abort it
+_IN_PROGRESS = (("MERGE_HEAD", "a merge", "resolve the conflicts, git add them, git commit", "git merge --abort"),
+                ("CHERRY_PICK_HEAD", "a cherry-pick", "resolve, git add, git cherry-pick --continue",
+                 "git cherry-pick --abort"),
+                ("REVERT_HEAD", "a revert", "resolve, git add, git revert --continue", "git revert --abort"),
+                ("rebase-merge", "a rebase", "resolve, git add, git rebase --continue", "git rebase --abort"),
+                ("rebase-apply", "a rebase or git am", "resolve, git add, git rebase --continue or git am --continue",
+                 "git rebase --abort or git am --abort"))
+
+
+def operation_in_progress(repo: Path) -> tuple[str, str, str] | None:
+    """(what, how to finish it, how to abort it) of a merge, cherry-pick, revert or rebase the checkout is
+    stopped in, None if none."""
+    for name, what, finish, abort in _IN_PROGRESS:
+        path = checkout_git(repo, "rev-parse", "--git-path", name).stdout.strip()
+        if os.path.lexists(Path(repo, path)):
+            return what, finish, abort
+    return None
+
+
+def check_branch_name(repo: Path, branch: str) -> None:
+    """Refuse a --branch git would read as an option or refuse as a name (git check-ref-format's rules, and
+    git branch's: no leading '-', not HEAD), before anything reaches git as a branch."""
+    bad = (not branch or branch.startswith("-") or branch == "HEAD"
+           or checkout_git(repo, "check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0)
+    if bad:
+        raise UsageError(f"export-pr --branch: expected a git branch name (git check-ref-format; not starting "
+                         f"with '-'), found {branch!r}; nothing written")
 
 
 def identity(repo: Path) -> str:
@@ -189,6 +227,31 @@ def template_at(repo: Path, commit: str) -> str:
         if data is not None:
             return data.decode("utf-8", errors="replace")
     return DEFAULT_TEMPLATE
+
+
+def body_problem(path: Path, default_dir: Path | None) -> str | None:
+    """Why the PR body cannot go to `path`: a link on the way under build/pr (`default_dir`), or, for a path
+    the user named, anything already there (a dangling link too: it would be written through)."""
+    if default_dir is not None:
+        link = fsio.link_on_the_way(default_dir.parent, f"{default_dir.name}/{path.name}")
+        if link is not None:
+            return f"{link}: expected a regular file or nothing, found a symlink (to {os.readlink(link)}); remove it"
+        kind = fsio.kind_of(path)
+        return None if kind in (None, "a regular file") else f"{path}: expected a regular file or nothing, found {kind}"
+    kind = fsio.kind_of(path)
+    if kind is not None:    # the user's file: never overwritten
+        return f"--body {path}: expected a new file, found {'an existing one' if kind == 'a regular file' else kind}; " \
+               "pass another path or remove it"
+    return None
+
+
+def write_body(path: Path, body: str) -> None:
+    """The PR body, written at once (temp file + rename: never through a link); a failure names the path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsio.atomic_write(path, body.encode("utf-8"), fault="pr-body")
+    except OSError as exc:
+        raise PatchkitError(f"{path}: cannot write the PR body ({exc.strerror or exc})") from None
 
 
 def branch_exists(repo: Path, branch: str) -> bool:
@@ -311,6 +374,8 @@ def run(engine, args) -> int:
     up = engine.lock.upstream(name)
     repo = Path(args.repo)
     check_checkout(repo, up)
+    if args.branch is not None:
+        check_branch_name(repo, args.branch)
     who = identity(repo)
     data = load_pr_data(series.patches[index].path.parent)
     base_commit, base_name = resolve_base(repo, up, args.base)
@@ -319,9 +384,8 @@ def run(engine, args) -> int:
     patches = [series.patches[i] for i in chain]
     for p in patches:
         status_gate(p, args.force, base_reader(repo, base_commit, up.repo_prefix))
-    if args.body and Path(args.body).exists():   # the user's file: never overwritten (the default lives under build/)
-        raise PatchkitError(f"export-pr: --body {args.body}: expected a new file, found an existing one; "
-                            "pass another path or remove it; nothing written")
+    if args.body and body_problem(Path(args.body), None):   # the user's file: never overwritten
+        raise PatchkitError(f"export-pr: {body_problem(Path(args.body), None)}; nothing written")
 
     # Where the first branch of the chain starts: the base, or (a lone patch with Depends-On) the branch
     # of the last patch it needs, which must already exist and contain the base.
@@ -359,31 +423,51 @@ def run(engine, args) -> int:
         parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
         parent_name, parent_pr = branch, (branch, planned[-1].title)
 
-    # Every check passed: now the visible writes, branches first, then the bodies.
-    made = []
+    default_dir = None if args.body else body_dir(engine, repo)
+    for pl in planned:
+        problem = body_problem(pl.body_path, default_dir)
+        if problem:
+            raise PatchkitError(f"export-pr: {problem}; nothing written")
+
+    # Every check passed: now the visible writes, branches first, then the bodies; all or nothing: a body that
+    # cannot be written takes the branches (and any body written before it) back, so a re-run starts clean.
+    made, written = [], []
     try:
         for pl in planned:
-            checkout_git(repo, "branch", pl.branch, pl.commit)
-            made.append(pl.branch)
-            checkout_git(repo, "config", f"branch.{pl.branch}.description", pl.body)
-    except PatchkitError:
-        for b in made:
-            checkout_git(repo, "branch", "-D", b, check=False)
-        raise
+            # refs/heads/NAME with "" as the old value: created only if absent, never read as an option
+            checkout_git(repo, "update-ref", f"refs/heads/{pl.branch}", pl.commit, "")
+            made.append(pl)
+            checkout_git(repo, "config", "--", f"branch.{pl.branch}.description", pl.body)
+        for pl in planned:
+            old_bytes = pl.body_path.read_bytes() if fsio.kind_of(pl.body_path) == "a regular file" else None
+            write_body(pl.body_path, pl.body)
+            written.append((pl.body_path, old_bytes))
+    except (PatchkitError, OSError) as exc:
+        for pl in made:      # the branches first: they are what would make a re-run refuse
+            checkout_git(repo, "config", "--unset", f"branch.{pl.branch}.description", check=False)
+            checkout_git(repo, "update-ref", "-d", f"refs/heads/{pl.branch}", pl.commit, check=False)
+        kept = []
+        for path, old_bytes in reversed(written):
+            try:
+                fsio.remove_stale([path]) if old_bytes is None else fsio.atomic_write(path, old_bytes)
+            except (PatchkitError, OSError):
+                kept.append(str(path))
+        said = (f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename and exc.strerror
+                else str(exc))
+        raise PatchkitError(f"export-pr: {said.removeprefix('export-pr: ')}; nothing kept: no branch made, "
+                            + (f"but {', '.join(kept)} could not be put back" if kept else "no PR body written")) from None
     gh_repo = _github_repo(up.repo)
     gh_base = base_name if branch_exists(repo, base_name) else "BRANCH"
     if gh_base == "BRANCH":
         print(f"(the base {base_name} is not a branch: replace BRANCH with the upstream branch the PR targets)")
     for pl in planned:
-        pl.body_path.parent.mkdir(parents=True, exist_ok=True)
-        pl.body_path.write_text(pl.body, encoding="utf-8")
         print(f"export-pr: {repo}: branch {pl.branch} = {pl.commit[:12]} on {base_name} ({len(pl.files)} file(s): {', '.join(pl.files)}), "
               f"author {who}")
         print(f"export-pr: PR body written to {pl.body_path}")
     print("to publish (push to your fork's remote, then open the PRs):")
     for pl in planned:
-        print(f"  git -C {shlex.quote(str(repo))} push -u origin {pl.branch}")
+        print(f"  git -C {shlex.quote(str(repo))} push -u origin {shlex.quote(pl.branch)}")
     for pl in planned:
-        print(f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {pl.branch} "
+        print(f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {shlex.quote(pl.branch)} "
               f"--title {shlex.quote(pl.title)} --body-file {shlex.quote(str(pl.body_path))}")
     return 0

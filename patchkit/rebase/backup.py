@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import PatchkitError, faults
+from .. import PatchkitError, faults, jsonio
 from ..fsio import atomic_write
 from ..hashing import sha256_file
 from ..paths import clean_relpath
@@ -46,17 +46,22 @@ def snapshot(repo: Path, dest: Path) -> None:
                  fault="backup-manifest")
 
 
+def _manifest_problem(data) -> str | None:
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or "pin.lock" not in files or not all(isinstance(v, str) for v in files.values()):
+        return "expected a 'files' table naming pin.lock (path -> sha256), found none"
+    return None
+
+
 def backup_problem(backup: Path) -> str | None:
     """Why `backup` is not a complete backup (None when every file it lists is there, intact, and nothing else)."""
     try:
-        data = json.loads((backup / MANIFEST).read_text())
-    except FileNotFoundError:
+        data = jsonio.read(backup / MANIFEST, "a rebase backup manifest", _manifest_problem)
+    except PatchkitError as exc:    # bounded and schema-checked: a crafted file is a reason, never a traceback
+        return str(exc)
+    if data is None:
         return f"{backup / MANIFEST} is missing: the backup was never finished"
-    except (OSError, ValueError) as exc:
-        return f"{backup / MANIFEST} is unreadable ({exc})"
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict) or "pin.lock" not in files:
-        return f"{backup / MANIFEST}: expected a 'files' table naming pin.lock, found none"
+    files = data["files"]
     for rel, digest in files.items():
         try:
             clean_relpath(rel, f"{backup / MANIFEST}")

@@ -26,11 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import PatchkitError, UsageError
+from .. import PatchkitError, UsageError, jsonio
 from ..fsio import atomic_write
 from ..lockfile import version_key
 from .reach import load_models, load_partly
-from .requires import release_versions, requirement, requires_dist, satisfies
+from .requires import is_version, release_versions, requirement, requires_dist, satisfies
 from .state import CLEAN, CONFLICT, OFFSET, RESOLVED, SUPERSEDED, UPSTREAM
 
 APPLIES, NOT_REACHED, STALE, FAILS_CHECK = "applies", "not reached", "stale", "fails check"
@@ -65,7 +65,9 @@ def _column(engine, start, lead: str, version: str, progress, force: bool = Fals
         t0 = time.monotonic()
         with contextlib.redirect_stdout(io.StringIO()):
             start(engine, {lead: version}, True, str(report), force=force)
-        data = json.loads(report.read_text()) if report.is_file() else {"upstreams": [], "pins_moved": []}
+        data = jsonio.read(report, "a dry run's report",
+                           lambda d: None if isinstance(d, dict) else "expected a JSON object")
+        data = data if data is not None else {"upstreams": [], "pins_moved": []}
     progress(f"[matrix] {lead} {version}: {time.monotonic() - t0:.0f} s")
     pins = {n: u.version for n, u in engine.lock.upstreams.items()}
     cells = {}
@@ -319,6 +321,17 @@ def parse_markdown(text: str, line: str | None = None, upstream: str | None = No
         for v, c in zip(versions, cells[1:]):
             out[v][cells[0].strip("`")] = c
     return out
+
+
+def check_arguments(after: str | None, only: str | None) -> None:
+    """Refuse a --from or --releases that names no version, before anything is locked, fetched or written."""
+    if after is not None and not is_version(after):
+        raise UsageError(f"rebase --matrix --from: expected a version (e.g. 1.2.3), found {after!r}")
+    for item in (only or "").split(","):
+        version = item.strip().partition("=")[2] if "=" in item else item.strip()
+        if item.strip() and not is_version(version):
+            raise UsageError(f"rebase --matrix --releases: expected VERSION or NAME=VERSION with a version "
+                             f"(e.g. 1.2.3), found {item.strip()!r}")
 
 
 def run_matrix(engine, start, progress, after: str | None, only: str | None, json_out: str | None,

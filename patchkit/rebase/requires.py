@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote
 
-from .. import PatchkitError
+from .. import PatchkitError, jsonio
 from ..fetch import _pip_reason, cache_dir, wheel_target
 from ..fsio import atomic_write
 from ..hashing import sha256_file
@@ -71,7 +71,8 @@ def _pip_metadata(package: str, version: str, like: str) -> dict:
         if proc.returncode or not report.is_file():
             raise PatchkitError(f"pip could not read the metadata of {package}=={version} (tags of {like}): "
                                 f"{_pip_reason(proc.stderr, proc.returncode)} (pip's configuration says where it looks)")
-        data = json.loads(report.read_text())
+        data = jsonio.read(report, "pip's installation report",
+                           lambda d: None if isinstance(d, dict) else "expected a JSON object")
     installs = data.get("install") or []
     if len(installs) != 1:
         raise PatchkitError(f"pip --report for {package}=={version}: expected one wheel, found {len(installs)}")
@@ -90,11 +91,11 @@ def release_info(package: str, version: str, like: str) -> dict:
     cached = _releases_dir() / key
     if cached.is_file():
         try:
-            data = json.loads(cached.read_text())
-            if (data.get("package") == package and data.get("version") == version
-                    and isinstance(data["requires_dist"], list) and "sha256" in data):
+            data = jsonio.read(cached, "a cached release record")
+            if (isinstance(data, dict) and data.get("package") == package and data.get("version") == version
+                    and isinstance(data.get("requires_dist"), list) and "sha256" in data):
                 return data
-        except (ValueError, KeyError, TypeError):
+        except PatchkitError:
             pass     # a damaged or older cache entry is read again through pip
     data = _pip_metadata(package, version, like)
     atomic_write(cached, json.dumps(data, indent=1, sort_keys=True).encode())
@@ -132,6 +133,15 @@ def pinned_version(spec: str) -> str | None:
     """The one version a specifier names: '==X' -> X, '~=X' -> X (the lowest it admits); else None."""
     m = re.fullmatch(r"\s*(==|~=|===)\s*([^,\s]+)\s*", spec or "")
     return m.group(2) if m else None
+
+
+def is_version(text: str) -> bool:
+    """Whether `text` is a version as pip reads one (PEP 440)."""
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def satisfies(version: str, spec: str) -> bool:

@@ -5,7 +5,7 @@ replays each series in a scratch git repo under build/rebase/ (see replay.py) an
 clean, offset, conflict, already upstream, and whether its code is still reached (conditions.py).
 patches/, overlay/ and pin.lock are written only once every patch is resolved; a backup taken before
 the first write (complete once its manifest is written, last) lets `--abort` put them back byte for byte.
-One rebase at a time: every rebase command holds the repository's lock (lock.repo_lock).
+One rebase at a time: every rebase command holds the repository's lock (bookkeeping.RepoFiles).
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import PatchkitError, UsageError, faults
+from ..bookkeeping import RepoFiles
 from ..engine import Engine
 from ..fetch import Release, find_release
 from ..fsio import atomic_write
-from ..lock import repo_lock
 from ..lockedit import update_lock_text
 from ..lockfile import Upstream
 from ..paths import safe_name
@@ -33,7 +33,7 @@ from .backup import backup_problem, mirror, restore, snapshot
 from .undo import done_dir, keep_undo, undo
 from .pins import follow
 from .reach import load_partly
-from .requires import cached_wheel
+from .requires import cached_wheel, is_version
 from .replay import Replayer, build_rebase_repo
 from .state import (CONFLICT, DROPPED, PENDING, RESOLVED, STATE, SUPERSEDED, UPSTREAM, Outcome, Pin, RebaseState,
                     Stop, UpstreamRebase)
@@ -77,8 +77,9 @@ def run(engine: Engine, args) -> int:
     if args.matrix:
         if args.abort or args.cont or args.to or args.dry_run or args.keep or args.force:
             raise UsageError("rebase --matrix: expected only --from, --releases, --json and --out with it")
-        from .matrix import run_matrix
-        with repo_lock(engine.build_root, engine.repo, "rebase"):
+        from .matrix import check_arguments, run_matrix
+        check_arguments(args.after, args.releases)
+        with RepoFiles(engine.build_root, engine.repo).lock("rebase"):
             return run_matrix(engine, start, _progress, args.after, args.releases, args.json, args.out)
     if args.after or args.releases or args.out:
         raise UsageError("rebase: --from, --releases and --out go with --matrix")
@@ -90,7 +91,7 @@ def run(engine: Engine, args) -> int:
         raise UsageError("rebase --new-line: expected --to VERSION (no --continue or --abort)")
     if args.force and targets is None:
         raise UsageError("rebase --force: expected --to VERSION (it allows a version another pin does not accept)")
-    with repo_lock(engine.build_root, engine.repo, "rebase"):
+    with RepoFiles(engine.build_root, engine.repo).lock("rebase"):
         if args.new_line and not args.dry_run:
             follow(engine.lock, targets, runtime, force=args.force)   # refuse before the line is copied
             engine = new_line(engine, next(iter(targets.values())))   # named after the leading upstream's release
@@ -112,6 +113,8 @@ def _targets(lock, specs: list[str]) -> dict[str, str]:
         if name in lock.runtime and name not in lock.upstreams:
             continue         # a [runtime] value (--to torch=2.14.1): _runtime_overrides
         lock.upstream(name)
+        if not is_version(version):     # said here, not as pip's "Invalid requirement" after the lock is taken
+            raise UsageError(f"rebase --to: expected [NAME=]VERSION with a version (e.g. 1.2.3), found {spec!r}")
         targets[name] = version
     if not targets:
         raise UsageError("rebase: expected --to VERSION (or --continue / --abort), found none")

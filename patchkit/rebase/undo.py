@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .. import PatchkitError
+from .. import PatchkitError, jsonio
 from ..fsio import atomic_write
 from ..hashing import sha256_file
 from .backup import _data_files, backup_problem, restore
@@ -38,6 +38,13 @@ def keep_undo(repo: Path, base: Path, done: Path) -> None:
     shutil.rmtree(base)
 
 
+def _written_problem(data) -> str | None:
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return "expected a 'files' table (path -> sha256), found none"
+    return None
+
+
 def undo(repo: Path, done: Path) -> int:
     if not done.exists():
         print("rebase --abort: no rebase in progress, and no finished rebase to undo")
@@ -47,9 +54,12 @@ def undo(repo: Path, done: Path) -> int:
         raise PatchkitError(f"rebase --abort: the finished rebase's backup is not complete ({problem}); nothing "
                             f"restored: undo it from version control (git checkout -- pin.lock patches overlay)")
     try:
-        written = json.loads((done / WRITTEN).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PatchkitError(f"rebase --abort: {done / WRITTEN} is unreadable ({exc}); nothing restored") from None
+        written = jsonio.read(done / WRITTEN, "the record of a finished rebase", _written_problem)
+    except PatchkitError as exc:
+        raise PatchkitError(f"rebase --abort: {exc}; nothing restored") from None
+    if written is None:
+        raise PatchkitError(f"rebase --abort: {done / WRITTEN} is missing; nothing restored")
+    written = written["files"]
     now = _digests(repo)
     changed = sorted(k for k in set(now) | set(written) if now.get(k) != written.get(k))
     if changed:

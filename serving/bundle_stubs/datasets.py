@@ -1,7 +1,7 @@
 """Stand-in for Hugging Face datasets on a GPU machine without it: sglang's benchmark client imports it at module load.
 
 Installed by `serving.bundle install` only where the machine has no datasets (its wheel pulls pyarrow, more than
-a device call carries). `sglang.bench_serving` imports `load_dataset` for its MMMU dataset alone; `random-ids` and
+the bundle's budget). `sglang.bench_serving` imports `load_dataset` for its MMMU dataset alone; `random-ids` and
 `run_eval --gsm8k-data-path FILE` never call it. Any use raises at once, naming what is missing.
 """
 

@@ -3,7 +3,7 @@
 On the patched pinned flashinfer 0.6.12, with the machine's own nvcc: the compiled function
 graph-breaks around the FP4 module getter, which runs eagerly and JIT-builds the module for
 this GPU; the result must equal eager bit for bit. The red/green checks of the version check
-and the getter live in tests/test_flashinfer_compile.py (run them here too: they need no GPU).
+and the getter live in tests/kernels/test_flashinfer_compile.py (run them here too: they need no GPU).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_flashinfer_compile import Tree, probe
+from tests.kernels.test_flashinfer_compile import Tree, probe
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.mma_decode_cases import kernel_view, make_case, reference_f64
+from harness.mma_decode_cases import kernel_view, make_case, reference_f64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -21,7 +21,7 @@ DECODE_TOL, PREFILL_TOL = 8e-2, 3e-2
 
 @pytest.fixture(scope="module")
 def peer():
-    from bench.peers.flashinfer_sm120 import PeerUnavailable, load_peer
+    from bench.kernels.peers.flashinfer_sm120 import PeerUnavailable, load_peer
 
     try:
         return load_peer(REPO / "build" / "peer-flashinfer")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.upstream import load_kernel
-from tests.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
+from harness.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -84,7 +84,7 @@ def test_every_triton_config(mma, oracle, poisoned_empty, B, H):
 
 # Every Gluon config at the shapes it may serve (8 / 16 heads, 64 in head groups of 16), split and
 # unsplit, both caches and one, the c128 pool (page 2), sink +-inf and none: Gluon has no CPU
-# interpreter, so this is its numerics check (tests/test_mma_aot.py checks that it compiles).
+# interpreter, so this is its numerics check (tests/kernels/test_mma_aot.py checks that it compiles).
 GLUON_SHAPES = [
     pytest.param(16, 8, 128, 512, 256, 64, "random", id="h8-b16"),
     pytest.param(64, 16, 128, 512, 256, 64, "inf", id="h16-b64-sink-inf"),

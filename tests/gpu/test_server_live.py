@@ -10,7 +10,7 @@ logprobs (top TOP_K per step). Checks:
 
 * the server log shows the sm_120 branches were taken: the emulation warning, the sm_120 sparse-
   decode dispatcher entered (backend `triton` = the pinned per-head kernel, `mma` = P1) and the sm_120
-  indexer entered (both logged by serving/emulate_sm120.py on their first call);
+  indexer entered (both logged by serving/test_hooks/emulate_sm120.py on their first call);
 * the two trees agree: the same tokens, or a first difference only at a near-tie of the pinned run
   (its top-1/top-2 logprob margin <= TIE_NATS), and before it every chosen token's logprob within
   LOGPROB_NATS of the pinned one. Bounds, in nats: LOGPROB_NATS = 0.02, TIE_NATS = 0.02. The patches

@@ -18,7 +18,7 @@ from patchkit import PatchkitError
 from patchkit.rebase.matrix import _sections, parse_markdown, with_section
 from tests.conftest import REPO
 from tests.rebase_cases import repo_copy
-from tests.test_rebase import cli
+from tests.rebase.test_rebase import cli
 
 LINE = "0.5.23"
 P3 = "sglang/0002-dsv4-run-the-MHC-pre-mixing-linear-in-bf16-on-tensor.patch"

@@ -1,13 +1,13 @@
 """`apply.py export-pr` on the 0.5.23 line: every exportable patch of the line becomes one upstream-ready commit
 on a checkout of the real 0.5.23 release, with the line's own PR text (patches/0.5.23/*/upstream-pr.toml) and
 unittest, nothing of this repository's vocabulary in any file it ships; the README's names (P1, P3) select
-the patches, and a wrong name lists them. The tests are tests/test_export_pr.py's (its refusals of a cited
+the patches, and a wrong name lists them. The tests are tests/pr/test_export_pr.py's (its refusals of a cited
 path and an unrunnable command are line-independent and run once, there), collected here so its
 fixtures and the command take this line (tests/conftest.py: PATCHKIT_LINE per test).
 
 The unittests' CPU part is not run here: 0.5.23's `sglang.kernels` package imports server dependencies
 (msgspec, ...) the CPU test venv does not carry."""
-from tests.test_export_pr import (  # noqa: F401  (fixtures and the test, collected for this line)
+from tests.pr.test_export_pr import (  # noqa: F401  (fixtures and the test, collected for this line)
     checkouts,
     overlay_repo,
     test_every_patch_exports_as_one_upstream_commit_on_main,

@@ -1,5 +1,5 @@
 """The mhc_bf16 tests, run for the 0.5.23 line (pristine_root / patched_root are 0.5.23 + FlashInfer 0.7.2 here)."""
-from tests.test_mhc_bf16 import *  # noqa: F401,F403
+from tests.kernels.test_mhc_bf16 import *  # noqa: F401,F403
 
 
 def test_the_code_p3_replaces_is_the_one_its_evidence_measured(pristine_root):

@@ -11,7 +11,7 @@ from harness.upstream import extract_functions
 from patchkit.rebase.reach import load_models, load_partly
 from tests.conftest import pristine_wheel
 from tests.line_0_5_23 import v41_tree as V
-from tests.test_rebase_reach import _reader, _series
+from tests.rebase.test_rebase_reach import _reader, _series
 
 MMA, DEFAULT, P3 = ("dsv4: an mma choice for the sm_120 sparse decode backend",
                     "dsv4: make mma the sm_120 sparse decode default",

@@ -5,9 +5,9 @@
 mma keeps its own), window + compressed caches and top-k 2048; then a CUDA-graph capture from a cold start.
 
 The tree: P1_TREE (a slice of the patched 0.5.23 tree, `python -m tests.line_0_5_23.p1_tree slice
-build/site-0.5.23 DIR`, for a GPU box that cannot take both 0.5.23 wheels) or the patched tree from the pinned
-wheels. The kernels run on the machine's Triton (the H200 box: 3.6, so the Gluon path is live there for 8/16 heads
-from 16 rows; under 0.5.23's own 3.8 every shape takes a Triton config, tests/test_mma_aot.py).
+build/site-0.5.23 DIR`, for a GPU machine that cannot take both 0.5.23 wheels) or the patched tree from the pinned
+wheels. The kernels run on the machine's Triton (the H200 machine: 3.6, so the Gluon path is live there for 8/16 heads
+from 16 rows; under 0.5.23's own 3.8 every shape takes a Triton config, tests/kernels/test_mma_aot.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tests.line_0_5_23 import p1_tree as T
-from tests.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
+from harness.mma_decode_cases import GraphInputs, make_case, reference_f64, rel_err as _rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -1,0 +1,345 @@
+"""P1 benchmark: MMA sparse-MLA decode vs the pinned upstream per-head Triton kernel vs FlashMLA's
+SM90 sparse decode vs the HBM roofline, on one GPU.
+
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.kernels.bench_mma_decode [--sweep] [--configs NAMES] [--out DIR]
+                                          [--experiments NAMES]   # --no-upstream: no per-head kernel
+    python3 -m bench.kernels.bench_mma_decode --plot-from JSON [--plot PNG]   # redraw a saved run, no GPU needed
+
+Every kernel is timed by replaying a CUDA graph that holds ROTATE calls, each on its own
+inputs (q, indices) drawn over a multi-GB KV pool, so KV comes from HBM rather than L2. The
+roofline is the KV bytes a call must read (584 per valid token) over the copy bandwidth
+measured in the same run. The upstream kernel is loaded from the pinned sglang wheel, and so is the
+release's register_custom_op, which the overlay module registers its op with (the wheel is read with
+--no-upstream and --plot-from too);
+FlashMLA from the `sgl-flash-mla` wheel if it imports (use_legacy=True: the SM90 kernels).
+A candidate kernel variant is timed as a config of the overlay module (`--configs`), next to the
+shipped dispatch and with its error against float64; so is an experiment kernel's config
+(`--experiments`: the warp-specialised WS_CONFIGS of bench/experiments/gluon_ws_decode.py). FlashMLA
+runs below 64 heads with q padded to 64 heads, as SGLang does at TP > 1. The FlashInfer 0.7.2 sm_120
+decode SGLang 0.5.23 defaults to is a peer column per `--peer-sms` SM count (its split heuristic's
+input) where bench/peers built it for this GPU (`--peer`, default build/peer-flashinfer), fed 64-token
+pages (SGLANG_OPT_SM120_DIRECT_SWA_KV=1). With several columns the last table holds them all.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+
+from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
+                                  make_pool, print_header, reference_f64, rel_err)
+from harness.mma_decode_cases import kernel_view
+from harness.upstream import load_kernel, load_module
+from serving import REPO
+
+
+OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
+
+
+def load_upstream():
+    """flash_mla_sparse_decode_triton from the pinned sglang wheel (sha256-checked by fetch)."""
+    from patchkit.fetch import fetch
+    from patchkit.lockfile import load_lock
+
+    lock = load_lock(REPO / "pin.lock")
+    wheel = fetch(lock.upstream("sglang"), log=lambda *_: None)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_mma_"))
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(UPSTREAM_KERNEL, tmp)
+    return load_module(tmp / UPSTREAM_KERNEL, "pinned_flash_mla_sm120_triton")
+
+
+def load_flashmla():
+    try:
+        import flash_mla  # noqa: F401
+        from flash_mla import flash_mla_with_kvcache, get_mla_metadata
+
+        return flash_mla_with_kvcache, get_mla_metadata, None
+    except Exception as exc:  # report why, keep benchmarking the rest
+        return None, None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sweep", action="store_true", help="also time config / split variants (H=64)")
+    ap.add_argument("--out", default=str(REPO / "build" / "bench"),
+                    help="where the JSON and the PNG go (default: build/bench)")
+    ap.add_argument("--no-upstream", action="store_true")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "
+                         "(default split rule) with its error against float64; '<gluon name>@<KB>' adds KB "
+                         "of unused shared memory per program (sm_120 occupancy on the H200)")
+    ap.add_argument("--experiments", default="",
+                    help="comma-separated WS_CONFIGS names of bench/experiments/gluon_ws_decode.py (not shipped), "
+                         "each timed as its own column with its error against float64")
+    ap.add_argument("--heads", default="64,16,128", help="head counts of the window + extra shapes")
+    ap.add_argument("--topk-heads", default="64", help="head counts of the top-k 2048 shapes")
+    ap.add_argument("--batches", default="1,4,16,64,128", help="batch sizes of the window + extra shapes")
+    ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
+                    help="the FlashInfer sm_120 peer's folder (bench.kernels.peers.flashinfer_sm120_sources + _build)")
+    ap.add_argument("--peer-sms", default="132,188",
+                    help="SM counts the peer's split heuristic is run with, one column each (132: H200, 188: RTX PRO 6000)")
+    ap.add_argument("--plot-from", type=Path, metavar="JSON",
+                    help="time nothing: draw the plot of a saved bench_mma_decode.json, 'ours' being the config "
+                         "pick_config picks now where the run timed it as a --configs column")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="where the plot goes (default: OUT/bench_mma_decode.png)")
+    args = ap.parse_args()
+    if args.plot_from:
+        replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png")
+        return
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    print_header()
+    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma")
+    upstream = None if args.no_upstream else load_upstream()
+    fm_call, fm_meta, fm_err = load_flashmla()
+    print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
+    peer, peer_sms = load_flashinfer_peer(args.peer), [int(n) for n in args.peer_sms.split(",") if n]
+    experiments, ws = [c for c in args.experiments.split(",") if c], None
+    if experiments:
+        try:
+            from bench.experiments import gluon_ws_decode as ws
+        except Exception as exc:  # report, keep benchmarking the rest
+            print(f"experiments: not run ({type(exc).__name__}: {exc})"[:300])
+    bw = copy_bandwidth()
+    print(f"copy bandwidth (read+write): {bw / 1e12:.2f} TB/s")
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pools = {
+        256: make_pool(16384, 256, gen),  # 2.4 GB
+        64: make_pool(32768, 64, gen),  # 1.2 GB
+    }
+    # The peer reads the 256-token pool as 64-token pages (a 2.4 GB copy made once, by SGLang's split).
+    peer_kv = peer.pages_of_64(kernel_view(pools[256], 256)) if peer else None
+
+    heads = [int(h) for h in args.heads.split(",") if h]
+    topk_heads = [int(h) for h in args.topk_heads.split(",") if h]
+    configs = [c for c in args.configs.split(",") if c]
+    batches = [int(b) for b in args.batches.split(",") if b]
+    shapes = [Shape(B, H, 128, 512) for H in heads for B in batches]
+    shapes += [Shape(B, H, 2048, 0) for H in topk_heads for B in (1, 16, 64, 128)]
+
+    rows = []
+    for s in shapes:
+        inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
+        row = {"shape": s.name, "H": s.H, "B": s.B, "topk": s.topk, "extra_topk": s.extra_topk}
+        row["floor_us"] = s.kv_bytes() / bw * 1e6
+        ref = reference_f64(inp, 0)
+        row["mma_config"] = mma.pick_config(s.H, s.B, sms=torch.cuda.get_device_properties(0).multi_processor_count)
+        row["mma_err"] = rel_err(mma.flash_mla_sparse_decode_mma(*inp.args(0))[0], ref)
+        row["mma_us"] = graph_time_us([lambda i=i: mma.flash_mla_sparse_decode_mma(*inp.args(i)) for i in range(ROTATE)])
+        for name in configs:
+            def call(i, cfg=config_spec(mma, name)):
+                a = inp.args(i)
+                return mma.mma_sparse_decode(*a[:5], SCALE, *a[7:], config=cfg)
+            time_column(row, f"cfg_{name}", call, ref)
+        for name in experiments if ws else []:
+            def call(i, name=name):
+                a = inp.args(i)
+                return ws.ws_sparse_decode(*a[:5], SCALE, *a[7:], config=name)
+            time_column(row, f"exp_{name}", call, ref)
+        if upstream is not None:
+            reps = 3 if s.B * s.H >= 64 * 64 else 10
+            row["upstream_us"] = graph_time_us(
+                [lambda i=i: upstream.flash_mla_sparse_decode_triton(*inp.args(i)) for i in range(ROTATE)], reps)
+        if fm_call is not None and s.H <= 128:
+            metas = [fm_meta()[0] for _ in range(ROTATE)]
+            pad = 64 - s.H if s.H < 64 else 0  # FlashMLA's SM90 kernel takes 64 or 128 heads
+
+            def fm(i):
+                a = inp.args(i)
+                q, sink = a[0], a[4]
+                if pad:
+                    q = torch.nn.functional.pad(q, (0, 0, 0, pad))
+                    sink = torch.nn.functional.pad(sink, (0, pad))
+                out = fm_call(q, a[1], None, None, 512, metas[i], None, SCALE, False, True,
+                              indices=a[2], attn_sink=sink, extra_k_cache=a[7],
+                              extra_indices_in_kvcache=a[8], topk_length=a[3],
+                              extra_topk_length=a[9], use_legacy=True)
+                return (out[0][:, :, : s.H],) + tuple(out[1:])
+
+            try:
+                row["flashmla_err"] = rel_err(fm(0)[0], ref)
+                row["flashmla_us"] = graph_time_us([lambda i=i: fm(i) for i in range(ROTATE)])
+            except Exception as exc:
+                row["flashmla_err"] = f"{type(exc).__name__}: {exc}"[:200]
+                print("flashmla failed:", row["flashmla_err"])
+        if peer is not None:
+            time_peer(peer, peer_sms, inp, peer_kv, ref, row)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del inp, ref
+        torch.cuda.empty_cache()
+
+    sweep = []
+    if args.sweep:
+        # Candidate configs (BLOCK_H, BLOCK_T, warps, stages) x split counts, every shape.
+        variants = [(16, 32, 8, 1), (32, 32, 8, 1), (16, 16, 4, 1), (16, 64, 8, 1)]
+        for s in shapes:
+            inp = Inputs(s, (pools[s.page], pools[s.extra_page]), gen)
+            width = s.topk + s.extra_topk
+            for cfg in variants:
+                for splits in (None, 1, 2, 4, 8, 16):
+                    if splits is not None and (splits * 64 > width or (s.B >= 64 and splits > 4)):
+                        continue
+                    try:
+                        us = graph_time_us([
+                            lambda i=i: mma.mma_sparse_decode(*inp.args(i)[:5], SCALE, *inp.args(i)[7:],
+                                                              config=cfg, num_splits=splits)
+                            for i in range(ROTATE)], replays=10)
+                    except Exception as exc:
+                        us = None
+                        print("variant failed", s.name, cfg, splits, exc)
+                    rec = {"shape": s.name, "H": s.H, "B": s.B, "cfg": cfg, "splits": splits, "us": us}
+                    sweep.append(rec)
+                    print(json.dumps(rec), flush=True)
+            del inp
+        print_best(sweep)
+
+    (out_dir / "bench_mma_decode.json").write_text(json.dumps({"bw": bw, "rows": rows, "sweep": sweep}, indent=1))
+    print_table(rows, bw)
+    if peer is not None:
+        print_peer_table(rows, peer_sms)
+    if configs or experiments:
+        print_config_table(rows, configs, experiments, peer_sms if peer else [])
+    draw_plot(rows, args.plot or out_dir / "bench_mma_decode.png")
+
+
+def time_column(row, key, call, ref) -> None:
+    """row[key + '_err' / '_us']: call(i)'s error against float64 and its time over the ROTATE input sets;
+    a failure goes to row[key + '_fail'] and the run goes on."""
+    try:
+        row[f"{key}_err"] = rel_err(call(0)[0], ref)
+        row[f"{key}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)], replays=10)
+    except Exception as exc:  # report, keep benchmarking the rest
+        row[f"{key}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
+        print(f"{key} failed:", row[f"{key}_fail"])
+
+
+def load_flashinfer_peer(src: Path):
+    """The FlashInfer sm_120 peer, or None after one line saying why it is not run."""
+    from bench.kernels.peers.flashinfer_sm120 import PeerUnavailable, load_peer
+
+    try:
+        peer = load_peer(src)
+    except PeerUnavailable as exc:
+        print(f"flashinfer sm_120 peer: not run ({exc})")
+        return None
+    print(f"flashinfer sm_120 peer: {src} (FlashInfer {peer.flashinfer_version} built for this GPU, "
+          "called as SGLang 0.5.23 does)")
+    return peer
+
+
+def time_peer(peer, sms, inp, peer_kv, ref, row) -> None:
+    """Per SM count: the peer's error against float64 and its time, as row['fi<SMs>_err' / '_us']."""
+    def call(i):
+        a = inp.args(i)
+        return peer.decode(q=a[0], k_cache=peer_kv, indices=a[2], topk_length=a[3], attn_sink=a[4],
+                           head_dim_v=512, softmax_scale=SCALE, extra_k_cache=a[7],
+                           extra_indices_in_kvcache=a[8], extra_topk_length=a[9])
+
+    for sm in sms:
+        peer.set_sm_count(sm)
+        try:
+            row[f"fi{sm}_err"] = rel_err(call(0)[0], ref)
+            facts = peer.plan_facts()
+            row[f"fi{sm}_plan"] = {k: facts.get(k) for k in ("implementation", "variant", "cpb", "active_splits")}
+            row[f"fi{sm}_us"] = graph_time_us([lambda i=i: call(i) for i in range(ROTATE)])
+        except Exception as exc:  # report, keep benchmarking the rest
+            row[f"fi{sm}_fail"] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"flashinfer peer ({sm} SMs) failed:", row[f"fi{sm}_fail"])
+    peer.set_sm_count(None)
+
+
+def print_peer_table(rows, sms):
+    print()
+    names = [f"FlashInfer 0.7.2 @{sm} SMs" for sm in sms]
+    print("| shape | ours (us) | " + " | ".join(f"{n} (us)" for n in names) + " | FlashMLA SM90 (us) | "
+          + " | ".join(f"{n} / ours" for n in names) + " | rel. error vs float64: ours / "
+          + " / ".join(f"FI@{sm}" for sm in sms) + " / FlashMLA |")
+    print("|---|---:|" + "---:|" * len(sms) + "---:|" + "---:|" * len(sms) + "---|")
+    splits = lambda r, sm: (r.get(f"fi{sm}_plan") or {}).get("active_splits")  # noqa: E731
+    for r in rows:
+        errs = [r.get("mma_err")] + [r.get(f"fi{sm}_err") for sm in sms] + [r.get("flashmla_err")]
+        ratios = [r[f"fi{sm}_us"] / r["mma_us"] if r.get(f"fi{sm}_us") else None for sm in sms]
+        print(f"| {r['shape']} | {fmt(r['mma_us'])} | "
+              + " | ".join(f"{fmt(r.get(f'fi{sm}_us'))} ({splits(r, sm)} splits)" for sm in sms)
+              + f" | {fmt(r.get('flashmla_us'))} | " + " | ".join(fmt(x, 2) for x in ratios) + " | "
+              + " / ".join("fail" if isinstance(e, str) else "-" if e is None else f"{e:.1e}" for e in errs) + " |")
+
+
+def draw_plot(rows, path):
+    from bench.plots import PlotUnavailable, plot_mma_decode  # bench/plots.py: every docs/ plot, matplotlib optional
+
+    try:
+        plot_mma_decode(rows, path)
+        print("plot:", path)
+    except PlotUnavailable as exc:  # the JSON is the result; the picture can be drawn later (--plot-from)
+        print(exc)
+
+
+def replot(saved: Path, path: Path) -> None:
+    from bench.plots import shipped_times
+
+    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma")
+    rows = shipped_times(json.loads(saved.read_text())["rows"], mma.pick_config)
+    draw_plot(rows, path)
+
+
+def config_spec(mma, spec: str):
+    """A --configs entry: a config name, or "<Gluon config>@<KB>" = that config with KB of unused
+    shared memory per program (a power of two), to hold the H200 (228 KB per SM) to sm_120's programs
+    per SM (99 KB)."""
+    name, _, pad_kb = spec.partition("@")
+    return tuple(mma.GLUON_CONFIGS[name]["launch"]) + (int(pad_kb) * 1024,) if pad_kb else name
+
+
+def print_config_table(rows, names, experiments=(), sms=()):
+    """One table of every column the run timed: --configs, --experiments, the peer per SM count, FlashMLA
+    ('-': not timed or failed)."""
+    cols = ([(n, f"cfg_{n}") for n in names] + [(n, f"exp_{n}") for n in experiments]
+            + [(f"FI@{sm}", f"fi{sm}") for sm in sms] + [("FlashMLA", "flashmla")])
+    print()
+    print("| shape | HBM floor (us) | ours (us) | " + " | ".join(f"{c} (us)" for c, _ in cols[:-1])
+          + " | FlashMLA SM90 (us) | rel. error vs float64: ours / " + " / ".join(c for c, _ in cols) + " |")
+    print("|---|---:|---:|" + "---:|" * len(cols) + "---|")
+    for r in rows:
+        errs = [r.get("mma_err")] + [r.get(f"{k}_err") for _, k in cols]
+        print(f"| {r['shape']} | {fmt(r['floor_us'], 2)} | {fmt(r['mma_us'])} | "
+              + " | ".join(fmt(r.get(f"{k}_us")) for _, k in cols) + " | "
+              + " / ".join("fail" if isinstance(e, str) else "-" if e is None else f"{e:.1e}" for e in errs) + " |")
+
+
+def print_best(sweep):
+    best = {}
+    for r in sweep:
+        if r["us"] is not None and (r["shape"] not in best or r["us"] < best[r["shape"]]["us"]):
+            best[r["shape"]] = r
+    print("\n| shape | best config | splits | us |\n|---|---|---|---|")
+    for name, r in best.items():
+        print(f"| {name} | {tuple(r['cfg'])} | {r['splits']} | {r['us']:.1f} |")
+
+
+def fmt(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def print_table(rows, bw):
+    print()
+    print("| shape | ours (us) | upstream per-head (us) | FlashMLA SM90 (us) | HBM floor (us) | ours vs upstream | ours vs FlashMLA | % of roofline |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        up, fm = r.get("upstream_us"), r.get("flashmla_us")
+        print(f"| {r['shape']} | {fmt(r['mma_us'])} | {fmt(up)} | {fmt(fm)} | {fmt(r['floor_us'], 2)} | "
+              f"{fmt(up / r['mma_us'] if up else None)}x | {fmt(fm / r['mma_us'] if fm else None, 2)}x | "
+              f"{100 * r['floor_us'] / r['mma_us']:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""bench/kernels/bench_mma_decode.py's bookkeeping on a CPU: a column (--configs, --experiments) records its time and
+error or its failure and the run goes on; the one table holds every column the run timed; --plot-from redraws
+a run that has experiment columns."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from bench.kernels import bench_mma_decode as bm
+from bench import plots
+
+ROW = {"shape": "H8/B16/win128+ex512", "H": 8, "B": 16, "topk": 128, "extra_topk": 512, "floor_us": 1.4,
+       "mma_us": 14.7, "mma_err": 2.1e-3, "exp_ws32g1_us": 15.3, "exp_ws32g1_err": 2.1e-3,
+       "exp_ws32g2_fail": "RuntimeError: out of resources", "fi132_us": 29.0, "fi132_err": 2.7e-2,
+       "fi188_us": 25.3, "fi188_err": 2.7e-2, "flashmla_err": "RuntimeError: no kernel"}
+
+
+def test_a_column_records_time_and_error_and_a_failure_does_not_stop_the_run(monkeypatch):
+    monkeypatch.setattr(bm, "graph_time_us", lambda calls, replays=20: [c() for c in calls] and 12.5)
+    ref = torch.ones(2, 1, 8, 512, dtype=torch.float64)
+    row = {}
+    bm.time_column(row, "exp_ws32g1", lambda i: (ref.float() * 1.001,), ref)
+    bm.time_column(row, "exp_ws32g2", lambda i: (_ for _ in ()).throw(RuntimeError("out of resources")), ref)
+    assert row["exp_ws32g1_us"] == 12.5 and abs(row["exp_ws32g1_err"] - 1e-3) < 1e-6
+    assert row["exp_ws32g2_fail"] == "RuntimeError: out of resources" and "exp_ws32g2_us" not in row
+
+
+def test_one_table_has_every_column_the_run_timed(capsys):
+    bm.print_config_table([ROW], [], ["ws32g1", "ws32g2"], [132, 188])
+    head, rule, line = capsys.readouterr().out.strip().splitlines()
+    cells = lambda s: [c.strip() for c in s.strip("|").split("|")]  # noqa: E731
+    assert cells(head) == ["shape", "HBM floor (us)", "ours (us)", "ws32g1 (us)", "ws32g2 (us)", "FI@132 (us)",
+                           "FI@188 (us)", "FlashMLA SM90 (us)",
+                           "rel. error vs float64: ours / ws32g1 / ws32g2 / FI@132 / FI@188 / FlashMLA"]
+    assert len(cells(rule)) == len(cells(head))
+    assert cells(line) == ["H8/B16/win128+ex512", "1.40", "14.7", "15.3", "-", "29.0", "25.3", "-",
+                           "2.1e-03 / 2.1e-03 / - / 2.7e-02 / 2.7e-02 / fail"]
+
+
+def test_plot_from_redraws_a_run_with_experiment_columns(tmp_path, monkeypatch):
+    saved = tmp_path / "bench_mma_decode.json"
+    saved.write_text(json.dumps({"bw": 4.3e12, "rows": [ROW], "sweep": []}))
+    drawn = []
+    monkeypatch.setattr(plots, "plot_mma_decode", lambda rows, path: drawn.append((rows, path)))
+    monkeypatch.setattr("sys.argv", ["bench_mma_decode", "--plot-from", str(saved), "--plot", str(tmp_path / "p.png")])
+    bm.main()
+    (rows, path), = drawn
+    assert path == tmp_path / "p.png" and rows[0]["mma_us"] == 14.7 and rows[0]["exp_ws32g1_us"] == 15.3

@@ -1,0 +1,1 @@
+"""Tests of the engine under injected faults: kills, locks, links, races, bad data, tracebacks."""

@@ -1,0 +1,1 @@
+"""Tests of rebase: carrying a series to new releases, the compatibility matrix, undo."""
