@@ -39,8 +39,9 @@ def findings(repo: Path) -> list[str]:
                 files = {rel: (pinned(rel), after)
                          for rel, after in carried_change(series, i, pristine, pinned, "the pin", "").items()}
                 files.update({rel: (None, series.overlay_bytes(rel)) for rel in patch.overlay})
-                if pr.test_file is not None:
-                    files[pr.test_dest] = (None, pr.test_file.read_bytes())
+                for described in (pr, pr.followup):   # the unittests of the PR and of its follow-up PR
+                    if described is not None and described.test_file is not None:
+                        files[described.test_dest] = (None, described.test_file.read_bytes())
                 for rel, (before, after) in files.items():
                     if after is None:
                         continue

@@ -20,6 +20,7 @@ from .lines import COPIES, copies_problems
 from .patchfile import parse_patch
 from .bookkeeping import RepoFiles
 from .pr import export as export_pr
+from .pr import wheelrepo
 from .rebase import run as rebase
 from .report import format_state, printable_streams, table
 from .series import refuse_linked_data
@@ -195,6 +196,7 @@ def build_parser(extensions=()) -> argparse.ArgumentParser:
     p.add_argument("upstream"); p.add_argument("--dir", help="default: build/work/LINE/UPSTREAM")
     rebase.add_parser(sub)
     export_pr.add_parser(sub)
+    wheelrepo.add_parser(sub)
     for extension in extensions:
         extension(sub)
     for p in sub.choices.values():      # every command works on one release line

@@ -72,8 +72,7 @@ def main() -> None:
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--configs", default="",
                     help="comma-separated MMA_CONFIGS / GLUON_CONFIGS names, each timed as its own column "
-                         "(default split rule) with its error against float64; '<gluon name>@<KB>' adds KB "
-                         "of unused shared memory per program (sm_120 occupancy on the H200)")
+                         "(default split rule) with its error against float64")
     ap.add_argument("--experiments", default="",
                     help="comma-separated WS_CONFIGS names of bench/experiments/gluon_ws_decode.py (not shipped), "
                          "each timed as its own column with its error against float64")
@@ -293,11 +292,10 @@ def replot(saved: Path, path: Path) -> None:
 
 
 def config_spec(mma, spec: str):
-    """A --configs entry: a config name, or "<Gluon config>@<KB>" = that config with KB of unused
-    shared memory per program (a power of two), to hold the H200 (228 KB per SM) to sm_120's programs
-    per SM (99 KB)."""
-    name, _, pad_kb = spec.partition("@")
-    return tuple(mma.GLUON_CONFIGS[name]["launch"]) + (int(pad_kb) * 1024,) if pad_kb else name
+    """A --configs entry: a config name of the kernel's tables (MMA_CONFIGS / GLUON_CONFIGS)."""
+    if spec not in mma.MMA_CONFIGS and spec not in mma.GLUON_CONFIGS:
+        raise SystemExit(f"--configs: expected a config name of the kernel's tables, found {spec!r}")
+    return spec
 
 
 def print_config_table(rows, names, experiments=(), sms=()):

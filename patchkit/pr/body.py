@@ -128,6 +128,7 @@ def pr_body(pr: UpstreamPR, template: str, files: list[tuple[str, str]], base: s
     accuracy.append(_reproduction(pr, "accuracy"))
     benchmark = [_measured(b) for b in pr.benchmark] + [_reproduction(pr, "benchmark")]
     content = {"motivation": motivation, "modifications": "\n".join(mods),
-               "accuracy": "\n\n".join(a for a in accuracy if a) or "N/A",
-               "benchmark": "\n\n".join(b for b in benchmark if b) or "N/A"}
+               "issues": "\n".join(f"- {r.ref}: {r.why}" for r in pr.related),
+               "accuracy": "\n\n".join(a for a in accuracy if a),
+               "benchmark": "\n\n".join(b for b in benchmark if b)}
     return fill(template, content, preamble=f"# {title(pr, stack)}")

@@ -16,9 +16,10 @@ from ..gitcmd import git
 
 
 def carried_change(series, index: int, pristine, ours_of: Callable[[str], bytes | None], onto: str,
-                   prefix: str) -> dict[str, bytes | None]:
+                   prefix: str, upstream_has=lambda patch: None) -> dict[str, bytes | None]:
     """New bytes (None = deleted) of every file patch `index` touches, on the commit `ours_of` reads
-    (wheel-layout path -> bytes there, None if absent); `onto` names that commit in messages."""
+    (wheel-layout path -> bytes there, None if absent); `onto` names that commit in messages. A conflict's
+    hint names the earlier patches to export first, never one `upstream_has` says the base already has."""
     patch = series.patches[index]
     mine = list(dict.fromkeys(patch.paths))
     with tempfile.TemporaryDirectory(prefix="patchkit-pr-") as tmp:
@@ -40,7 +41,8 @@ def carried_change(series, index: int, pristine, ours_of: Callable[[str], bytes 
             if proc.returncode != 0:
                 raise PatchkitError(f"{p.path}: does not apply to the pinned release: {proc.stderr.strip()[:200]}")
         after = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
-        earlier = {rel: [p.name for p in series.patches[:index] if rel in p.paths] for rel in mine}
+        earlier = {rel: [p.name for p in series.patches[:index] if rel in p.paths and not upstream_has(p)]
+                   for rel in mine}
         result = {}
         for rel in mine:
             ours, base, theirs = ours_of(rel), before[rel], after[rel]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +25,10 @@ from ..gitcmd import checkout_git
 from .body import Stack, commit_message, pr_body, test_description, title
 from .carry import carried_change
 from .claims import fact_values, file_hits, fill_facts, missing_targets
+from .followup import first_pr_files
 from .prdata import DATA_FILE, load_pr_data
+from .retired import load_records, reach_warnings, verdict
+from ..rebase.reach import load_partly
 from .template import DEFAULT_TEMPLATE, TEMPLATE_PATHS
 
 BRANCH_MAX = 60   # characters after 'pr/': whole words only
@@ -39,10 +43,16 @@ def add_parser(sub) -> None:
     p.add_argument("--base", metavar="REF", help="commit the PR is based on (default: main if the checkout has it, "
                                                  "else the pinned release tag)")
     p.add_argument("--series", action="store_true",
-                   help="also export the patches it depends on, as a stack of branches titled [k/N]")
+                   help="also export the patches it depends on, and a patch's follow-up PR (upstream-pr.toml), as a "
+                        "stack of branches titled [k/N]")
     p.add_argument("--force", action="store_true",
                    help="export a patch marked as already upstream (Backport) or superseded (Superseded-By)")
     p.add_argument("--branch", metavar="NAME", help="default: pr/<the patch subject, whole words>")
+    p.add_argument("--remote", metavar="NAME", default="fork",
+                   help="your fork's remote in the checkout, for the printed push command (default: fork; origin is "
+                        "upstream itself in a plain clone)")
+    p.add_argument("--owner", metavar="OWNER", help="your fork's owner for gh pr create --head OWNER:BRANCH "
+                                                    "(default: read from the remote's GitHub URL)")
     p.add_argument("--body", metavar="FILE", help="where to write the PR body (default: build/pr/<branch>.md; "
                    "installed, outside a checkout: the upstream checkout's .git/pr-bodies/)")
     p.set_defaults(func=run)
@@ -86,14 +96,18 @@ def find_patch(engine, spec: str):
 def default_branch(patch) -> str:
     """pr/ + the subject's words, lower case, as many whole words as fit in BRANCH_MAX characters
     (the file name is cut by format-patch mid-word, so it is not used)."""
-    words = [w for w in re.split(r"[^A-Za-z0-9_.]+", patch.subject.lower()) if w.strip(".")]
+    return branch_of(patch.subject, patch.name[:4])
+
+
+def branch_of(subject: str, fallback: str) -> str:
+    words = [w for w in re.split(r"[^A-Za-z0-9_.]+", subject.lower()) if w.strip(".")]
     out = ""
     for w in words:
         nxt = f"{out}-{w}" if out else w
         if len(nxt) > BRANCH_MAX:
             break
         out = nxt
-    return "pr/" + (out or patch.name[:4])
+    return "pr/" + (out or fallback)
 
 
 def base_reader(repo: Path, commit: str, prefix: str):
@@ -104,21 +118,33 @@ def base_reader(repo: Path, commit: str, prefix: str):
     return read
 
 
-def status_gate(patch, force: bool, read=None) -> None:
-    """Refuse what is not for upstream: Inappropriate never; already upstream, or superseded on the base (its
-    Superseded-By replacements all found there, through `read`), without --force."""
+def upstream_has(patch, read, records=(), own_line: str = "") -> str | None:
+    """Why upstream needs no PR of this patch on the base (`read`): its Upstream-Status says Backport, its
+    Superseded-By trailers all match there, or a line's retired.toml record matches there; None otherwise."""
+    found = superseded_by(replacements_of(patch.trailers, f"{patch.name}: "), read) if read else None
+    if found:
+        return f"superseded by upstream's {', '.join(found)} on the base"
+    recorded = verdict(patch, own_line, list(records), read) if read else None
+    if recorded:      # names upstream's definition: more use to the reader than the status alone
+        return recorded
+    status = (patch.trailer("Upstream-Status") or [""])[0]
+    if status.lower().startswith("backport"):
+        return f"Upstream-Status: {status}: upstream already has this change"
+    return None
+
+
+def status_gate(patch, force: bool, read=None, records=(), own_line: str = "") -> None:
+    """Refuse what is not for upstream: Inappropriate never; already upstream, superseded on the base (its
+    Superseded-By replacements all found there, through `read`) or recorded as such or as retired by a line's
+    retired.toml, without --force."""
     status = (patch.trailer("Upstream-Status") or [""])[0]
     if status.lower().startswith("inappropriate"):
         raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: not meant for upstream, never exported")
     if force:
         return
-    if status.lower().startswith("backport"):
-        raise PatchkitError(f"export-pr: {patch.name}: Upstream-Status: {status}: upstream already has this change; "
-                            "pass --force to export it anyway")
-    found = superseded_by(replacements_of(patch.trailers, f"{patch.name}: "), read) if read else None
-    if found:
-        raise PatchkitError(f"export-pr: {patch.name}: superseded by upstream's {', '.join(found)} on the base; "
-                            "pass --force to export it anyway")
+    why = upstream_has(patch, read, records, own_line)
+    if why:
+        raise PatchkitError(f"export-pr: {patch.name}: {why}; pass --force to export it anyway")
 
 
 def chain_of(series, index: int) -> list[int]:
@@ -187,6 +213,21 @@ def check_branch_name(repo: Path, branch: str) -> None:
     if bad:
         raise UsageError(f"export-pr --branch: expected a git branch name (git check-ref-format; not starting "
                          f"with '-'), found {branch!r}; nothing written")
+
+
+_OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")   # GitHub's user and organisation names
+
+
+def check_publish_names(repo: Path, remote: str, owner: str | None) -> None:
+    """Refuse a --remote git could not name a remote by, or an --owner no GitHub account can have, before
+    anything is written: both go into the printed commands the user runs next."""
+    if (not remote or remote.startswith("-")
+            or checkout_git(repo, "check-ref-format", f"refs/remotes/{remote}/x", check=False).returncode != 0):
+        raise UsageError(f"export-pr --remote: expected a git remote name (not starting with '-'), found {remote!r}; "
+                         "nothing written")
+    if owner is not None and not _OWNER.fullmatch(owner):
+        raise UsageError(f"export-pr --owner: expected a GitHub owner (letters, digits and '-', at most 39, not "
+                         f"starting with '-'), found {owner!r}; nothing written")
 
 
 def identity(repo: Path) -> str:
@@ -286,10 +327,12 @@ class Planned:
     body: str
     body_path: Path
     title: str
+    prefix: str = ""         # the wheel root in the repo
+    whole: dict = None       # wheel path -> bytes of the whole patch (a follow-up ships what this one held back)
 
 
 def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_name, template, stack, branch,
-             body_path):
+             body_path, has=lambda p: None):
     up = engine.lock.upstream(name)
     prefix = up.repo_prefix or ""
     patch = series.patches[index]
@@ -299,12 +342,31 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
                             f"{series.patches[index].path.parent / DATA_FILE}, found none")
     pristine = engine.pristine(name)
     read = reader(repo, parent)
-    change = carried_change(series, index, pristine, lambda rel: read(prefix + rel), parent_name, prefix)
+    change = carried_change(series, index, pristine, lambda rel: read(prefix + rel), parent_name, prefix, has)
     for rel in patch.overlay:
         if read(prefix + rel) is not None:
             raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {prefix}{rel} "
                                 "already exists there (the patch adds it)")
         change[rel] = series.overlay_bytes(rel)
+    whole = dict(change)
+    if pr.followup is not None:   # the regions its follow-up PR adds stay out of this one
+        change = first_pr_files(change, pr.followup.held, f"export-pr: {patch.name}: {data.path}: followup")
+    planned = _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path)
+    planned.whole = whole
+    return planned
+
+
+def plan_followup(first: Planned, name, data, repo, base_name, template, stack, branch, body_path):
+    """The follow-up PR of `first` (its [patch.followup]): the held-back files whole, on first's commit."""
+    patch, pr = first.patch, data.patches[first.patch.name].followup
+    read = reader(repo, first.commit)
+    change = {h.path: first.whole[h.path] for h in pr.held}
+    return _planned(patch, pr, change, data, read, first.prefix, first.branch, base_name, template, stack, branch,
+                    body_path)
+
+
+def _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path):
+    """Check one PR's files (wheel path -> bytes) against its description and plan its commit and body."""
     missing = [rel for rel in change if rel not in pr.modifications]
     extra = [rel for rel in pr.modifications if rel not in change]
     if missing or extra:
@@ -320,7 +382,12 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
             raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {pr.test_dest} already exists there")
         files[pr.test_dest] = pr.test_file.read_bytes()
         listing.append((pr.test_dest, test_description(pr.test_parts)))
-        test_command = f"python3 {pr.test_dest}"
+        test_command = f"{pr.test_runner} {pr.test_dest}"
+    for src, dest, what in pr.files:
+        if read(dest) is not None or dest in files:
+            raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {dest} already exists there")
+        files[dest] = src.read_bytes()
+        listing.append((dest, what))
     exists = lambda path: files.get(path) is not None or (path not in files and read(path) is not None)  # noqa: E731
     for command in [test_command, *pr.reproduce.values(),
                     *(m.command for m in pr.accuracy + pr.benchmark if m.harness == "upstream")]:
@@ -342,7 +409,7 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
             path, line, term = hits[0]
             raise PatchkitError(f"export-pr: {patch.name}: {path}:{line} names this repository's own '{term}' "
                                 f"(forbidden by {data.path}); nothing exported may cite it")
-    return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack))
+    return Planned(patch, branch, "", files, message, body, body_path, title(pr, stack), prefix)
 
 
 def body_dir(engine, repo: Path) -> Path:
@@ -363,8 +430,30 @@ def stated(pr, values: dict[str, str], where: str):
 
 
 def _github_repo(url: str) -> str:
-    m = re.match(r"https?://github\.com/([^/]+/[^/.]+)", url or "")
+    """owner/name of a GitHub URL (https or ssh form), '' for anything else."""
+    m = re.match(r"(?:https?://github\.com/|git@github\.com:|ssh://git@github\.com/)([^/]+/[^/]+?)(?:\.git)?/?$", url or "")
     return m.group(1) if m else ""
+
+
+def publish_commands(repo: Path, planned, remote: str, owner: str | None, gh_repo: str, gh_base: str) -> list[str]:
+    """The push to the user's fork and the `gh pr create` of each branch, from the fork (OWNER:BRANCH) into
+    upstream; a missing remote, or one that is upstream itself, is said, with the command that fixes it."""
+    url = checkout_git(repo, "remote", "get-url", remote, check=False).stdout.strip()
+    out = []
+    if not url:
+        out.append(f"(no remote '{remote}' in {repo}: add your fork first, e.g. git -C {shlex.quote(str(repo))} remote "
+                   f"add {remote} https://github.com/OWNER/{gh_repo.split('/')[-1] if gh_repo else 'REPO'})")
+    elif gh_repo and _github_repo(url).lower() == gh_repo.lower():
+        out.append(f"(the remote '{remote}' is upstream itself ({url}): pass --remote with your fork's remote)")
+    owner = owner or (_github_repo(url).split("/")[0] if _github_repo(url) and _github_repo(url).lower() != gh_repo.lower()
+                      else "OWNER")
+    if owner == "OWNER":
+        out.append("(replace OWNER with your fork's owner, or pass --owner)")
+    out.append("to publish (push to your fork, then open the PRs against upstream):")
+    out += [f"  git -C {shlex.quote(str(repo))} push -u {shlex.quote(remote)} {shlex.quote(pl.branch)}" for pl in planned]
+    out += [f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {shlex.quote(owner + ':' + pl.branch)} "
+            f"--title {shlex.quote(pl.title)} --body-file {shlex.quote(str(pl.body_path))}" for pl in planned]
+    return out
 
 
 def run(engine, args) -> int:
@@ -376,21 +465,37 @@ def run(engine, args) -> int:
     check_checkout(repo, up)
     if args.branch is not None:
         check_branch_name(repo, args.branch)
+    check_publish_names(repo, args.remote, args.owner)
     who = identity(repo)
     data = load_pr_data(series.patches[index].path.parent)
     base_commit, base_name = resolve_base(repo, up, args.base)
     template = template_at(repo, base_commit)
     chain = chain_of(series, index) if args.series else [index]
     patches = [series.patches[i] for i in chain]
+    read_base = base_reader(repo, base_commit, up.repo_prefix)
+    records = load_records(engine.patches_root.parent, name)
+    has = lambda p: upstream_has(p, read_base, records, engine.lock.line)  # noqa: E731
+    if args.series:   # what the base already has needs no PR of its own: the stack starts after it
+        dropped = [p for p in patches[:-1] if has(p)]
+        for p in dropped:
+            print(f"export-pr: {p.name} is not exported: {has(p)}")
+        chain = [i for i in chain if series.patches[i] not in dropped]
+        patches = [series.patches[i] for i in chain]
     for p in patches:
-        status_gate(p, args.force, base_reader(repo, base_commit, up.repo_prefix))
+        status_gate(p, args.force, read_base, records, engine.lock.line)
+    partly = load_partly(series.patches[index].path.parent, series.patches, lambda _msg: None)
+    for p in patches:
+        for w in reach_warnings(p, partly.get(p.name), read_base):
+            print(f"export-pr: warning: {p.name} is {w}; exported all the same", file=sys.stderr)
     if args.body and body_problem(Path(args.body), None):   # the user's file: never overwritten
         raise PatchkitError(f"export-pr: {body_problem(Path(args.body), None)}; nothing written")
 
     # Where the first branch of the chain starts: the base, or (a lone patch with Depends-On) the branch
     # of the last patch it needs, which must already exist and contain the base.
     parent, parent_name, parent_pr = base_commit, base_name, None
-    deps = patches[0].trailer("Depends-On")
+    # a dependency the base already has is no branch to build on
+    deps = [d for d in patches[0].trailer("Depends-On")
+            if not has(series.patches[[p.name for p in series.patches].index(d)])]
     if deps:
         order = [p.name for p in series.patches]
         dep = series.patches[max(order.index(d) for d in deps)]
@@ -409,16 +514,29 @@ def run(engine, args) -> int:
         dep_pr = data.patches.get(dep.name) if data else None
         parent, parent_name, parent_pr = tip, dep_branch, (dep_branch, dep_pr.title if dep_pr else dep.subject)
 
-    planned, total = [], len(patches) if len(patches) > 1 else 0
-    for k, i in enumerate(chain, 1):
+    # A patch described with a follow-up PR is two steps of the stack: itself less the held regions, then the
+    # follow-up on its branch (with --series; alone, the first PR only).
+    def followup_of(i: int):
+        described = data.patches.get(series.patches[i].name) if data else None
+        return described.followup if described else None
+    steps = [(i, part) for i in chain for part in ((False, True) if args.series and followup_of(i) else (False,))]
+    if not args.series and followup_of(index):
+        print(f"export-pr: {series.patches[index].name}: its follow-up PR (\"{followup_of(index).title}\") is made "
+              "on this branch with --series")
+    planned, total = [], len(steps) if len(steps) > 1 else 0
+    for k, (i, is_followup) in enumerate(steps, 1):
         patch = series.patches[i]
-        branch = args.branch or default_branch(patch)
-        if branch_exists(repo, branch):
+        branch = (branch_of(followup_of(i).title, patch.name[:4]) if is_followup
+                  else args.branch or default_branch(patch))
+        if branch_exists(repo, branch) or any(pl.branch == branch for pl in planned):
             raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
         stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
         body_path = Path(args.body) if args.body else body_dir(engine, repo) / (branch.replace("/", "-") + ".md")
-        planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template, stack,
-                                branch, body_path))
+        if is_followup:
+            planned.append(plan_followup(planned[-1], name, data, repo, base_name, template, stack, branch, body_path))
+        else:
+            planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template,
+                                    stack, branch, body_path, has))
         # the next patch of the stack builds on this one: plan it against this commit's tree
         parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
         parent_name, parent_pr = branch, (branch, planned[-1].title)
@@ -464,10 +582,6 @@ def run(engine, args) -> int:
         print(f"export-pr: {repo}: branch {pl.branch} = {pl.commit[:12]} on {base_name} ({len(pl.files)} file(s): {', '.join(pl.files)}), "
               f"author {who}")
         print(f"export-pr: PR body written to {pl.body_path}")
-    print("to publish (push to your fork's remote, then open the PRs):")
-    for pl in planned:
-        print(f"  git -C {shlex.quote(str(repo))} push -u origin {shlex.quote(pl.branch)}")
-    for pl in planned:
-        print(f"  gh pr create{' --repo ' + gh_repo if gh_repo else ''} --base {gh_base} --head {shlex.quote(pl.branch)} "
-              f"--title {shlex.quote(pl.title)} --body-file {shlex.quote(str(pl.body_path))}")
+    for line in publish_commands(repo, planned, args.remote, args.owner, gh_repo, gh_base):
+        print(line)
     return 0

@@ -13,7 +13,14 @@ request is read by the upstream project. So what goes upstream is data of its ow
     motivation = "..."               # PR Motivation, and the commit body
     modifications = [{path = "pkg/mod.py", what = "..."}]   # one line per file the commit touches (wheel layout)
     test = {file = "upstream-tests/test_x.py", dest = "test/registered/kernels/test_x.py", parts = ["gpu"]}
-                                     # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one)
+                                     # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one);
+                                     # runner (optional, default "python3"): what the body's test command runs
+                                     # the file with, as the upstream project's CI does ("pytest")
+    files = [{file = "upstream-benchmarks/bench_x.py", dest = "benchmark/bench_x.py", what = "..."}]
+                                     # further new files the PR adds (a benchmark script): repo layout, each
+                                     # listed under Modifications with `what`
+    related = [{ref = "owner/repo#123", why = "..."}]   # public issues/PRs the PR relates to (its template's
+                                     # Related Issues section, else after the motivation)
     facts = {releases = "pkg/mod.py:RELEASES"}   # {releases} in any text = that module-level literal of
                                      # the exported file (a tuple reads "3.6 and 3.8"): stated from the code
     [patch.reproduce]                # commands that run in a checkout of the upstream project alone
@@ -29,6 +36,11 @@ request is read by the upstream project. So what goes upstream is data of its ow
     [[patch.benchmark]]              # the same, plus the table as measured
     ...; columns = ["batch", "us"]; rows = [["1", "9.2"]]; source = "BENCHMARKS.md#anchor"
 
+    [patch.followup]                 # optional: a second PR on top of this one (followup.py), with the keys
+    title = "..."; ...               # of a [[patch]] but file and label, and `held`: the regions of shipped
+    [[patch.followup.held]]          # files this PR leaves out and the follow-up adds
+    path = "pkg/mod.py"; from = "def extra("; until = "def main("; with = ""
+
 `source` names where in this repository a number came from (tests check the numbers are there); it
 is never written into a PR.
 """
@@ -41,10 +53,14 @@ from pathlib import Path
 from .. import PatchkitError
 from ..lockfile import tomllib
 from ..paths import clean_relpath
+from .followup import Held
 
 DATA_FILE = "upstream-pr.toml"
 _PATCH_KEYS = {"file", "label", "title", "motivation", "modifications", "test", "facts", "reproduce", "accuracy",
-               "benchmark"}
+               "benchmark", "related", "files", "followup"}
+_REF_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+#[1-9][0-9]*")
+_FOLLOWUP_KEYS = (_PATCH_KEYS - {"file", "label", "followup"}) | {"held"}
+_HELD_KEYS = {"path", "from", "until", "with"}
 _RESULT_KEYS = {"result", "command", "gpu", "versions", "date", "source", "harness", "model"}
 HARNESSES = ("upstream", "standalone")
 TEST_PARTS = ("cpu", "gpu")
@@ -67,6 +83,12 @@ class Measured:
 
 
 @dataclass
+class Related:
+    ref: str        # owner/repo#N: GitHub links it in any repository
+    why: str
+
+
+@dataclass
 class UpstreamPR:
     file: str
     title: str
@@ -75,11 +97,16 @@ class UpstreamPR:
     test_file: Path | None = None             # the upstream-style unittest this PR adds
     test_dest: str = ""                       # where it goes in the upstream repo (repo layout)
     test_parts: tuple[str, ...] = ()          # what of it runs without a GPU ("cpu") and with one ("gpu")
+    test_runner: str = "python3"              # what runs the test file in the upstream project ("pytest")
+    files: list[tuple[Path, str, str]] = field(default_factory=list)   # (source, repo-layout dest, what)
+    related: list[Related] = field(default_factory=list)
     label: str = ""                           # this repository's name for it (README); never exported
     facts: dict[str, tuple[str, str]] = field(default_factory=dict)   # name -> (wheel path, module constant)
     reproduce: dict[str, str] = field(default_factory=dict)          # REPRODUCE_KEYS -> upstream command
     accuracy: list[Measured] = field(default_factory=list)
     benchmark: list[Measured] = field(default_factory=list)
+    followup: "UpstreamPR | None" = None      # the PR that builds on this one (followup.py)
+    held: list[Held] = field(default_factory=list)   # a follow-up's: what the PR before it leaves out
 
 
 @dataclass
@@ -145,6 +172,32 @@ def _reproduce(where: str, raw) -> dict[str, str]:
     return {k: _str(f"{where}: reproduce", raw[k], k).strip() for k in REPRODUCE_KEYS if k in raw}
 
 
+def _files(where: str, series_dir: Path, raw) -> list[tuple[Path, str, str]]:
+    if not isinstance(raw, list):
+        raise PatchkitError(f"{where}: files: expected a list of {{file, dest, what}} tables, found {raw!r}")
+    out = []
+    for f in raw:
+        if not isinstance(f, dict) or set(f) != {"file", "dest", "what"}:
+            raise PatchkitError(f"{where}: files: expected {{file, dest, what}}, found {f!r}")
+        src = Path(series_dir) / clean_relpath(_str(where, f["file"], "file"), f"{where}: files.file")
+        if not src.is_file():
+            raise PatchkitError(f"{where}: files.file: expected {src}, found no such file")
+        out.append((src, clean_relpath(_str(where, f["dest"], "dest"), f"{where}: files.dest"), _str(where, f["what"], "what")))
+    return out
+
+
+def _related(where: str, raw) -> list[Related]:
+    if not isinstance(raw, list):
+        raise PatchkitError(f"{where}: related: expected a list of {{ref, why}} tables, found {raw!r}")
+    out = []
+    for r in raw:
+        if not isinstance(r, dict) or set(r) != {"ref", "why"} or not isinstance(r["ref"], str) \
+                or not _REF_RE.fullmatch(r["ref"]):
+            raise PatchkitError(f"{where}: related: expected {{ref = \"owner/repo#N\", why = \"...\"}}, found {r!r}")
+        out.append(Related(r["ref"], _str(f"{where}: related", r["why"], "why").strip()))
+    return out
+
+
 def load_pr_data(series_dir: Path) -> SeriesPRData | None:
     """The series' upstream-pr.toml, schema-checked; None if the series has none."""
     path = Path(series_dir) / DATA_FILE
@@ -168,32 +221,61 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
             raise PatchkitError(f"{where}: expected keys {sorted(_PATCH_KEYS)}, found {sorted(p) if isinstance(p, dict) else p!r}")
         name = _str(where, p.get("file"), "file")
         where = f"{path}: {name}"
-        mods = {}
-        for m in p.get("modifications", []):
-            if not isinstance(m, dict) or set(m) != {"path", "what"}:
-                raise PatchkitError(f"{where}: modifications: expected {{path, what}} tables, found {m!r}")
-            mods[clean_relpath(_str(where, m["path"], "path"), f"{where}: modifications")] = _str(where, m["what"], "what")
-        test = p.get("test")
-        test_file, test_dest, test_parts = None, "", ()
-        if test is not None:
-            if not isinstance(test, dict) or set(test) != {"file", "dest", "parts"}:
-                raise PatchkitError(f"{where}: test: expected {{file, dest, parts}}, found {test!r}")
-            test_file = Path(series_dir) / clean_relpath(_str(where, test["file"], "file"), f"{where}: test.file")
-            test_dest = clean_relpath(_str(where, test["dest"], "dest"), f"{where}: test.dest")
-            if not test_file.is_file():
-                raise PatchkitError(f"{where}: test.file: expected {test_file}, found no such file")
-            test_parts = test["parts"]
-            if (not isinstance(test_parts, list) or not test_parts
-                    or any(part not in TEST_PARTS for part in test_parts) or len(set(test_parts)) != len(test_parts)):
-                raise PatchkitError(f"{where}: test.parts: expected a list of {' and/or '.join(TEST_PARTS)}, "
-                                    f"found {test_parts!r}")
-            test_parts = tuple(part for part in TEST_PARTS if part in test_parts)
-        patches[name] = UpstreamPR(
-            file=name, title=_str(where, p.get("title"), "title"),
-            motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
-            test_file=test_file, test_dest=test_dest, test_parts=test_parts,
-            label=_str(where, p.get("label"), "label", required=False),
-            facts=_facts(where, p.get("facts", {})), reproduce=_reproduce(where, p.get("reproduce", {})),
-            accuracy=[_measured(f"{where}: accuracy", a, False) for a in p.get("accuracy", [])],
-            benchmark=[_measured(f"{where}: benchmark", b, True) for b in p.get("benchmark", [])])
+        patches[name] = _upstream_pr(where, series_dir, p, name)
+        if "followup" in p:
+            fu = p["followup"]
+            if not isinstance(fu, dict) or set(fu) - _FOLLOWUP_KEYS:
+                found = sorted(set(fu) - _FOLLOWUP_KEYS) if isinstance(fu, dict) else fu
+                raise PatchkitError(f"{where}: followup: expected keys {sorted(_FOLLOWUP_KEYS)}, found {found!r}")
+            followup = _upstream_pr(f"{where}: followup", series_dir, fu, name)
+            followup.held = _held(f"{where}: followup", fu.get("held"), patches[name].modifications)
+            patches[name].followup = followup
     return SeriesPRData(path, forbid, patches)
+
+
+def _held(where: str, raw, shipped: dict[str, str]) -> list[Held]:
+    if not isinstance(raw, list) or not raw:
+        raise PatchkitError(f"{where}: held: expected a list of {{path, from, until[, with]}} tables, found {raw!r}")
+    out = []
+    for h in raw:
+        if not isinstance(h, dict) or not {"path", "from", "until"} <= set(h) <= _HELD_KEYS:
+            raise PatchkitError(f"{where}: held: expected {{path, from, until[, with]}}, found {h!r}")
+        rel = clean_relpath(_str(where, h["path"], "path"), f"{where}: held.path")
+        if rel not in shipped:
+            raise PatchkitError(f"{where}: held.path: expected a file of the patch's modifications, found {rel!r}")
+        out.append(Held(rel, _str(where, h["from"], "from"), _str(where, h["until"], "until", required=False),
+                        _str(where, h.get("with", ""), "with", required=False)))
+    return out
+
+
+def _upstream_pr(where: str, series_dir: Path, p: dict, name: str) -> UpstreamPR:
+    mods = {}
+    for m in p.get("modifications", []):
+        if not isinstance(m, dict) or set(m) != {"path", "what"}:
+            raise PatchkitError(f"{where}: modifications: expected {{path, what}} tables, found {m!r}")
+        mods[clean_relpath(_str(where, m["path"], "path"), f"{where}: modifications")] = _str(where, m["what"], "what")
+    test = p.get("test")
+    test_file, test_dest, test_parts, runner = None, "", (), "python3"
+    if test is not None:
+        if not isinstance(test, dict) or not {"file", "dest", "parts"} <= set(test) <= {"file", "dest", "parts", "runner"}:
+            raise PatchkitError(f"{where}: test: expected {{file, dest, parts}} and optionally runner, found {test!r}")
+        runner = _str(where, test.get("runner", "python3"), "runner").strip()
+        test_file = Path(series_dir) / clean_relpath(_str(where, test["file"], "file"), f"{where}: test.file")
+        test_dest = clean_relpath(_str(where, test["dest"], "dest"), f"{where}: test.dest")
+        if not test_file.is_file():
+            raise PatchkitError(f"{where}: test.file: expected {test_file}, found no such file")
+        test_parts = test["parts"]
+        if (not isinstance(test_parts, list) or not test_parts
+                or any(part not in TEST_PARTS for part in test_parts) or len(set(test_parts)) != len(test_parts)):
+            raise PatchkitError(f"{where}: test.parts: expected a list of {' and/or '.join(TEST_PARTS)}, "
+                                f"found {test_parts!r}")
+        test_parts = tuple(part for part in TEST_PARTS if part in test_parts)
+    return UpstreamPR(
+        file=name, title=_str(where, p.get("title"), "title"),
+        motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
+        test_file=test_file, test_dest=test_dest, test_parts=test_parts, test_runner=runner,
+        related=_related(where, p.get("related", [])), files=_files(where, series_dir, p.get("files", [])),
+        label=_str(where, p.get("label"), "label", required=False),
+        facts=_facts(where, p.get("facts", {})), reproduce=_reproduce(where, p.get("reproduce", {})),
+        accuracy=[_measured(f"{where}: accuracy", a, False) for a in p.get("accuracy", [])],
+        benchmark=[_measured(f"{where}: benchmark", b, True) for b in p.get("benchmark", [])])

@@ -67,7 +67,7 @@ def gluon_constexprs(config: tuple, split: bool) -> dict:
     block_t, stages, warps, q_smem, bits, dq = config
     return dict(HAS_MAIN_LEN=True, HAS_EXTRA=True, HAS_EXTRA_LEN=True, HAS_SINK=True, SPLIT=split,
                 POW2_PAGES=True, BLOCK_T=block_t, STAGES=stages, NUM_WARPS=warps, Q_SMEM=q_smem, BITS=bits,
-                DQ=dq, PAD=0)
+                DQ=dq)
 
 
 def _compile_all(overlay: Path) -> dict:

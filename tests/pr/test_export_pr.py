@@ -26,6 +26,7 @@ import pytest
 from patchkit.patchfile import parse_patch
 from patchkit.pr.body import OVERLAY_TRAILERS
 from patchkit.pr.export import default_branch
+from patchkit.pr.followup import first_pr_files
 from patchkit.pr.prdata import load_pr_data
 from patchkit.series import load_series
 from patchkit.lockfile import load_lock
@@ -193,9 +194,15 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             assert git(repo, "rev-list", "--parents", "-n", "1", branch).split()[1:] == [git(repo, "rev-parse", "main").strip()]
             touched = set(git(repo, "diff", "--name-only", tag, branch).split())
             expected = {prefix + p for p in patch.paths} | {prefix + o for o in patch.overlay}
-            assert touched == expected | ({pr.test_dest} if pr.test_file else set())
+            # ... and any further file its data ships (a benchmark script), byte for byte
+            assert touched == expected | ({pr.test_dest} if pr.test_file else set()) | {d for _, d, _ in pr.files}
+            for src, dest, _ in pr.files:
+                assert git(repo, "show", f"{branch}:{dest}") == src.read_text()
             for o in patch.overlay:
-                assert git(repo, "show", f"{branch}:{prefix}{o}") == (overlay_repo / "overlay" / current_line() / o).read_text()
+                want = (overlay_repo / "overlay" / current_line() / o).read_bytes()
+                if pr.followup:   # the first of two PRs: what its follow-up adds is held back (test_p1_stack.py)
+                    want = first_pr_files({o: want}, [h for h in pr.followup.held if h.path == o], patch.name)[o]
+                assert git(repo, "show", f"{branch}:{prefix}{o}") == want.decode()
             git(repo, "apply", "--check", "-", input=git(repo, "format-patch", "-1", "--stdout", branch))
             # the change is this patch's alone, even where an earlier patch of the series touches the same file
             added = lambda diff: {l[1:] for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")}
@@ -219,7 +226,9 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
                                 "## Checklist", "## Review Process"], headings
             assert body.startswith(f"# {pr.title}\n") and "- [ ] Add unit tests." in body and "<!--" not in body
             for rel in touched:       # one Modifications line per file, with what changes there
-                what = pr.modifications.get(rel[len(prefix):]) if rel != pr.test_dest else "new unittest"
+                extra = {d: w for _, d, w in pr.files}
+                what = (extra[rel] if rel in extra else "new unittest" if rel == pr.test_dest
+                        else pr.modifications.get(rel[len(prefix):]))
                 assert re.search(rf"^- `{re.escape(rel)}`: {re.escape(what)}", body, re.M), rel
             for m in pr.accuracy + pr.benchmark:      # measured results inlined with where and how
                 for field in (m.result, m.gpu, m.versions, m.date):
@@ -237,9 +246,11 @@ def test_every_patch_exports_as_one_upstream_commit_on_main(checkouts, overlay_r
             assert_upstream_clean(message, f"{patch.name}'s commit message")
             if pr.test_file:
                 assert_upstream_clean(git(repo, "show", f"{branch}:{pr.test_dest}"), f"{patch.name}'s unittest")
-            # the command ends by saying how to publish it
-            assert f"push -u origin {branch}" in proc.stdout
-            assert re.search(rf"gh pr create --repo [\w-]+/[\w-]+ --base main --head {re.escape(branch)} --title ", proc.stdout)
+            # the command ends by saying how to publish it: to the fork's remote (none here: it says how to add
+            # one), and a PR from the fork's branch into upstream
+            assert f"push -u fork {branch}" in proc.stdout and "remote add fork https://github.com/OWNER/" in proc.stdout
+            assert re.search(rf"gh pr create --repo [\w-]+/[\w-]+ --base main --head OWNER:{re.escape(branch)} --title ",
+                             proc.stdout)
         finally:
             delete_branches(repo, branch)
 

@@ -30,12 +30,15 @@ LINES = lock_lines(REPO / "pin.lock")
 
 
 def descriptions():
-    """(line, upstream name, its Upstream, the UpstreamPR) of every described patch of every line."""
+    """(line, upstream name, its Upstream, the UpstreamPR) of every described patch of every line, and of each
+    patch's follow-up PR."""
     for line in LINES:
         for name, up in load_lock(REPO / "pin.lock", line).upstreams.items():
             data = load_pr_data(REPO / "patches" / line / name)
             for pr in data.patches.values():
                 yield line, name, up, pr
+                if pr.followup is not None:     # its follow-up PR's texts are checked alike
+                    yield line, name, up, pr.followup
 
 
 def _constant(path: Path, name: str):

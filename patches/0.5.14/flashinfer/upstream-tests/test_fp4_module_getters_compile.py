@@ -1,9 +1,14 @@
 """The FP4 JIT module getters stay out of torch.compile's tracing.
 
 Dynamo ignores functools.cache and would trace a getter into JIT source generation, nvcc and file locks.
-The getters are torch.compiler.disable'd under the cache: the check of that marker runs anywhere; with
-CUDA, fp4_quantize inside a compiled (non-fullgraph) function must give eager's bytes.
+A compiled (non-fullgraph) caller must run the getter eagerly, once, and Dynamo must never enter it. That
+part runs without a GPU: the module generator is replaced by one that counts its calls through an
+assume_constant_result function (Dynamo runs such a function for real while it traces, so every trace into
+the getter adds a call) and then stops. With CUDA, fp4_quantize inside a compiled function must give
+eager's bytes.
 """
+
+import importlib
 
 import pytest
 import torch
@@ -11,21 +16,72 @@ import torch
 import flashinfer
 import flashinfer.quantization.fp4_quantization as fp4
 
+# getter, its arguments, and the JIT spec generator it calls first (module, name)
 GETTERS = [
-    "get_fp4_quantization_module",
-    "get_fp4_kv_quantization_module",
-    "get_fp4_kv_dequantization_module",
+    (
+        "get_fp4_quantization_module",
+        ("90",),
+        (
+            "flashinfer.quantization.fp4_quantization",
+            "gen_fp4_quantization_sm90_module",
+        ),
+    ),
+    (
+        "get_fp4_kv_quantization_module",
+        (),
+        ("flashinfer.jit.fp4_kv_quantization", "gen_fp4_kv_quantization_module"),
+    ),
+    (
+        "get_fp4_kv_dequantization_module",
+        (),
+        ("flashinfer.jit.fp4_kv_dequantization", "gen_fp4_kv_dequantization_module"),
+    ),
 ]
 
 
-@pytest.mark.parametrize("name", GETTERS)
-def test_getter_is_cached_and_not_traced(name):
-    getter = getattr(fp4, name)
-    assert hasattr(getter, "cache_clear"), (
-        "functools.cache must stay outermost: an eager hit costs nothing"
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name,args,generator", GETTERS, ids=[g[0] for g in GETTERS])
+def test_getter_runs_eagerly_in_a_compiled_caller(monkeypatch, name, args, generator):
+    calls = []
+
+    @torch.compiler.assume_constant_result
+    def count_call() -> bool:
+        calls.append(1)
+        return True
+
+    def fake_generator(*_args, **_kwargs):
+        if count_call():
+            raise _Stop
+
+    monkeypatch.setattr(
+        importlib.import_module(generator[0]), generator[1], fake_generator
     )
-    assert getattr(getter.__wrapped__, "_torchdynamo_disable", False), (
-        "Dynamo must not trace the getter"
+    getter = getattr(fp4, name)
+    getter.cache_clear()
+
+    def caller(x):
+        getter(*args)
+        return x + 1
+
+    torch._dynamo.reset()
+    try:
+        with pytest.raises(_Stop):
+            torch.compile(caller, backend="eager")(torch.zeros(2))
+    finally:
+        getter.cache_clear()
+        torch._dynamo.reset()
+    assert len(calls) == 1, (
+        f"the getter reached its generator {len(calls)} times: Dynamo traced into it"
+    )
+
+
+@pytest.mark.parametrize("name", [g[0] for g in GETTERS])
+def test_getter_stays_cached(name):
+    assert hasattr(getattr(fp4, name), "cache_clear"), (
+        "functools.cache must stay outermost: an eager hit costs nothing"
     )
 
 

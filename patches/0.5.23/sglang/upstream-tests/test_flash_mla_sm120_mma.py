@@ -1,27 +1,32 @@
-"""sm_120 sparse-MLA decode: the head-group MMA kernel against the module's PyTorch fallback.
+"""sm_120 sparse-MLA decode with SGLANG_SM120_FLASHMLA_BACKEND=mma, through its entry point.
 
-Both compute attention over the same FP8 KV pages (DeepSeek-V4 layout: per token 448 fp8-e4m3 values,
-64 bf16 rope values and 7 UE8M0 scale bytes). Without CUDA the Triton kernels run in Triton's interpreter
-on small shapes (CPU part), launched by mma_sparse_decode: the op the entry point calls,
-torch.ops.sglang.sm120_mma_sparse_decode, is registered for CUDA. With CUDA, the entry point at
-decode-sized shapes (GPU part).
+flash_mla_with_kvcache_sm120 reads the backend once, at import: this file sets mma before importing it, so every
+call below takes the mma branch (the head-group MMA kernel of flash_mla_sm120_mma.py) at every row count,
+including above SM120_DECODE_MAX_TOKENS, where the flashinfer backend switches to its prefill kernel. Its output
+is compared with the module's PyTorch fallback over the same FP8 KV pages (DeepSeek-V4 layout: per token 448
+fp8-e4m3 values, 64 bf16 rope values and 7 UE8M0 scale bytes). MqaAttentionBase._kernel_num_heads must give
+mma a TP rank's real heads (the kernel takes any head count) and leave the other backends as they were.
 """
 
 import math
 import os
 import unittest
+from types import SimpleNamespace
+from unittest import mock
 
 import torch
 
-if not torch.cuda.is_available():
-    # Triton reads this when a kernel is decorated: set before the kernel module is imported.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+# Read by flash_mla_sm120 when it is imported: set before that import.
+os.environ["SGLANG_SM120_FLASHMLA_BACKEND"] = "mma"
 
-from sglang.kernels.ops.attention.flash_mla_sm120 import _sm120_sparse_decode_fwd
-from sglang.kernels.ops.attention.flash_mla_sm120_mma import (
-    flash_mla_sparse_decode_mma,
-    mma_sparse_decode,
+from sglang.kernels.ops.attention import flash_mla_sm120
+from sglang.kernels.ops.attention.flash_mla_sm120 import (
+    SM120_DECODE_MAX_TOKENS,
+    _sm120_sparse_decode_fwd,
+    flash_mla_with_kvcache_sm120,
 )
+from sglang.srt.environ import envs
+from sglang.srt.models import deepseek_v4
 from sglang.test.ci.ci_register import register_cuda_ci
 
 register_cuda_ci(est_time=60, stage="base-b", runner_config="1-gpu-small")
@@ -87,48 +92,60 @@ def _case(batch, heads, topk, extra_topk, device, seed=0):
     )
 
 
-def _decode(q, k_cache, indices, lens, sink, head_dim_v, scale, *extra):
-    if q.is_cuda:
-        return flash_mla_sparse_decode_mma(
-            q, k_cache, indices, lens, sink, head_dim_v, scale, *extra
-        )
-    return mma_sparse_decode(q, k_cache, indices, lens, sink, scale, *extra)
+def _entry_point(
+    q, k_cache, indices, lens, sink, head_dim_v, scale, extra, extra_idx, extra_len
+):
+    return flash_mla_with_kvcache_sm120(
+        q=q,
+        k_cache=k_cache,
+        indices=indices,
+        topk_length=lens,
+        attn_sink=sink,
+        head_dim_v=head_dim_v,
+        softmax_scale=scale,
+        extra_k_cache=extra,
+        extra_indices_in_kvcache=extra_idx,
+        extra_topk_length=extra_len,
+    )
 
 
 class TestFlashMLASm120MMA(unittest.TestCase):
-    def _check(self, batch, heads, topk, extra_topk, device):
-        args = _case(batch, heads, topk, extra_topk, device)
-        out, lse = _decode(*args)
-        ref_out, ref_lse = _sm120_sparse_decode_fwd(*args)
-        self.assertEqual(out.shape, ref_out.shape)
-        self.assertEqual(out.dtype, torch.bfloat16)
-        rel = (out.double() - ref_out.double()).norm() / ref_out.double().norm()
-        # bf16 q, probabilities and output: about 2^-8 relative each
-        self.assertLess(rel.item(), 1.2e-2)
-        # The kernel's lse counts the attention sink (as the per-head Triton kernel's does); the
-        # fallback's does not.
-        sink = args[4].double().view(1, -1, 1)
-        want = torch.logaddexp(ref_lse.double(), sink)
-        finite = torch.isfinite(want)
-        self.assertTrue(torch.equal(finite, torch.isfinite(lse)))
-        self.assertLess((lse.double()[finite] - want[finite]).abs().max().item(), 1e-3)
-
-    @unittest.skipIf(torch.cuda.is_available(), "the interpreter run is the CPU part")
-    def test_cpu_interpreter_small(self):
-        self._check(batch=2, heads=16, topk=32, extra_topk=32, device="cpu")
-
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
-    def test_gpu_decode_shapes(self):
+    def test_entry_point_with_mma_matches_the_fallback(self):
+        self.assertEqual(flash_mla_sm120._sm120_default_backend, "mma")
         for heads in (8, 16, 64):
-            for batch in (1, 16, 64):
+            for batch in (1, 16, 64, 2 * SM120_DECODE_MAX_TOKENS):
                 with self.subTest(heads=heads, batch=batch):
-                    self._check(
-                        batch=batch,
-                        heads=heads,
-                        topk=128,
-                        extra_topk=512,
-                        device="cuda",
+                    args = _case(batch, heads, 128, 512, "cuda")
+                    out, lse = _entry_point(*args)
+                    ref_out, ref_lse = _sm120_sparse_decode_fwd(*args)
+                    self.assertEqual(out.shape, ref_out.shape)
+                    self.assertEqual(out.dtype, torch.bfloat16)
+                    rel = (
+                        out.double() - ref_out.double()
+                    ).norm() / ref_out.double().norm()
+                    # bf16 q, probabilities and output: about 2^-8 relative each
+                    self.assertLess(rel.item(), 1.2e-2)
+                    # the kernel's lse counts the attention sink; the fallback's does not
+                    sink = args[4].double().view(1, -1, 1)
+                    want = torch.logaddexp(ref_lse.double(), sink)
+                    finite = torch.isfinite(want)
+                    self.assertTrue(torch.equal(finite, torch.isfinite(lse)))
+                    self.assertLess(
+                        (lse.double()[finite] - want[finite]).abs().max().item(), 1e-3
                     )
+
+    def test_kernel_num_heads_gives_mma_the_ranks_heads(self):
+        attn = deepseek_v4.MqaAttentionBase.__new__(deepseek_v4.MqaAttentionBase)
+        attn.attn_tp_size, attn.n_local_heads, attn.n_heads = 4, 16, 64
+        sm120 = SimpleNamespace(is_sm120=True)
+        with mock.patch.object(deepseek_v4, "get_platform", return_value=sm120):
+            for tokens in (1, SM120_DECODE_MAX_TOKENS, 2 * SM120_DECODE_MAX_TOKENS):
+                with envs.SGLANG_SM120_FLASHMLA_BACKEND.override("mma"):
+                    self.assertEqual(attn._kernel_num_heads(tokens), 16)
+            # the other fallbacks keep their padded decode width
+            with envs.SGLANG_SM120_FLASHMLA_BACKEND.override("triton"):
+                self.assertEqual(attn._kernel_num_heads(1), 64)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,8 @@ def _mhc_pre_finish(
     offs_s = tl.arange(0, SPLITS_POW2)
     offs_n = tl.arange(0, BLOCK_N)
     valid = offs_s < num_splits
-    if PDL:  # launched early (programmatic dependent launch): wait until the partials are stored
+    # launched early (programmatic dependent launch): wait until the partials are stored
+    if PDL:
         tl.extra.cuda.gdc_wait()
     part = tl.load(
         part_ptr + (offs_s[:, None] * T + t) * BLOCK_N + offs_n[None, :],
@@ -208,7 +209,8 @@ def _mhc_pre_fused(
 ):
     """One launch: each (token tile, K split) program stores its partial products and sums of squares;
     the last program of a tile to finish (an arrival counter) adds the splits in a fixed order and
-    scales. Deterministic: the sum order does not depend on which program arrives last."""
+    scales. Deterministic: the sum order does not depend on which program arrives last.
+    """
     tile = tl.program_id(0)
     split = tl.program_id(1)
     sq_ptr = (
@@ -350,7 +352,8 @@ def _graph_route(
 ):
     """Two launches. With programmatic dependent launch the finish kernel's programs are placed while
     the partials kernel runs and wait on the GPU (griddepcontrol) for its stores: the second launch's
-    latency overlaps the first instead of following it (a CUDA graph keeps the programmatic edge)."""
+    latency overlaps the first instead of following it (a CUDA graph keeps the programmatic edge).
+    """
     if pdl is None:
         pdl = GRAPH_PDL and _pdl_supported(x_flat.device)
     partials = torch.empty(

@@ -1,7 +1,7 @@
 """Sparse MLA decode for DeepSeek-V4 on sm_120, with heads as the MMA M dimension.
 
 Drop-in for `flash_mla_sparse_decode_triton` (flash_mla_sm120_triton.py): same arguments,
-same `(out [B,1,H,512] bf16, lse [B,H,1] f32)` result. The upstream kernel runs one program
+same `(out [B,1,H,512] bf16, lse [B,H,1] f32)` result. That kernel runs one program
 per (row, head), so each KV token is gathered and dequantised once per head and scored with
 CUDA-core FMAs; the two caches then take two launches plus ~20 torch ops to merge and sink.
 
@@ -161,7 +161,8 @@ def _load_tile(
     POW2_PAGES: tl.constexpr,
 ):
     """Issue every load of one tile at once (so their latencies overlap): 7 fp8 column groups
-    [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T]."""
+    [T, 2, 32], the bf16 rope [T, 64] and each token's UE8M0 bytes as two int32 words [T].
+    """
     valid = idx >= 0
     idx = tl.where(valid, idx, 0)
     base = main_u8
@@ -563,7 +564,8 @@ def _g_pow2(e):
 def _g_fp8_bits_to_bf16(raw):
     """e4m3 bytes -> bf16 holding value * 2^-120, exact for normals and subnormals: the byte's
     exponent and mantissa bits move to bf16 bits 4..10 and its sign to bit 15 (integer pipe only,
-    no conversion-pipe instructions). Callers fold 2^120 into the scale they apply anyway."""
+    no conversion-pipe instructions). Callers fold 2^120 into the scale they apply anyway.
+    """
     return gl.inline_asm_elementwise(
         """{
         .reg .b32 t0, t1, u0, u1, v0, v1;
@@ -801,7 +803,6 @@ def _gluon_sparse_decode_kernel(
     Q_SMEM: gl.constexpr,
     BITS: gl.constexpr,
     DQ: gl.constexpr,
-    PAD: gl.constexpr,
 ):
     BLOCK_H: gl.constexpr = 16
     MMA: gl.constexpr = gl.NVMMADistributedLayout(
@@ -896,15 +897,6 @@ def _gluon_sparse_decode_kernel(
     else:
         kbf_s = 0
     DQ_L: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [NUM_WARPS, 1], [1, 0])
-    PAD_L: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    if PAD > 0:
-        # Benchmark-only: unused shared memory that limits programs per SM (an sm_120 occupancy proxy).
-        pad_s = gl.allocate_shared_memory(
-            gl.float32, [PAD // 4], gl.SwizzledSharedLayout(1, 1, 1, [0])
-        )
-        pad_s.slice(0, 128).store(gl.zeros([128], gl.float32, PAD_L))
-    else:
-        pad_s = 0
 
     # Prologue: tiles 0 .. STAGES-2 in flight; indices of tile STAGES-1 in registers.
     tok = gl.arange(0, BLOCK_T, layout=TOK)
@@ -1104,10 +1096,6 @@ def _gluon_sparse_decode_kernel(
     heads = hg * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROWS)
     head_ok = heads < H
     l_i = gl.sum(l_part, 1)
-    if PAD > 0:
-        l_i += gl.sum(
-            pad_s.slice(0, 128).load(PAD_L), 0
-        )  # zeros; keeps the padding allocated
     dim = gl.arange(0, 64, layout=COLS)
     if SPLIT:
         factor, lse2 = _g_finish_rows(m_i, l_i, sink_ptr, heads, head_ok, False)
@@ -1195,8 +1183,8 @@ class ShapeRule:
 # of every split count for the Triton configs; Gluon for <= 16 heads (TP >= 4)
 # from 16 rows, where it measured 3-17% faster with one program per SM, which is what its 92 KB of
 # shared memory gets on sm_120 too. A card
-# with another SM count takes the nearest measured row until its own is measured (the decode bench's
-# --sweep on that card) and added here. The split rule (pick_num_splits) already scales with SMs.
+# with another SM count takes the nearest measured row until its own is measured (every config and split
+# count timed on that card) and added here. The split rule (pick_num_splits) already scales with SMs.
 SHAPE_RULES = {132: ShapeRule(512, 1024, 16, 16)}
 
 
@@ -1268,7 +1256,8 @@ def pick_triton_config(
     small 4-warp 16 x 16 tiles split finely while rows x heads are few
     (latency: many short programs, two per SM), 32-head programs (each KV tile dequantised for
     twice the heads) once rows x heads fill the GPU, 16 x 64 in between and for <= 16 heads; with the
-    release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them."""
+    release's substitutes (TUNED_TRITON_RELEASES), or UNTUNED_RELEASE_CONFIG off them.
+    """
     if not tuned_for(triton_version):
         return UNTUNED_RELEASE_CONFIG
     rule = shape_rule(sms)
@@ -1304,7 +1293,8 @@ def combine_launch(batch: int, num_heads: int, num_splits: int):
     columns that load every split at once (latency: 9.5 against 23.6 us for the whole call at
     batch 1, 64 heads, 20 splits); with many rows, 16 heads x 512 columns stepping one split at a
     time (31.0 us at batch 16 against 38.7 for 16 x 128 programs loading 4 splits at once, whose
-    cross-split reduction goes through shared memory, and 39.4 for the one-head programs)."""
+    cross-split reduction goes through shared memory, and 39.4 for the one-head programs).
+    """
     if batch * num_heads <= _WIDE_COMBINE_MAX_ROW_HEADS:
         bh, bd, at_once = 1, 128, max(2, triton.next_power_of_2(num_splits))
     else:
@@ -1363,9 +1353,8 @@ def mma_sparse_decode(
     `num_splits` override the shape table (benchmarks and tests use them).
     """
     B, s_q, H, D = q.shape
-    assert s_q == 1 and D == _D.value, (
-        f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
-    )
+    wanted = f"expected q [B, 1, H, {_D.value}], got {tuple(q.shape)}"
+    assert s_q == 1 and D == _D.value, wanted
     assert k_cache.element_size() == 1 and k_cache.shape[-1] == _TOKEN_BYTES.value
     has_extra = extra_k_cache is not None and extra_indices is not None
     q3 = q.reshape(B, H, D)
@@ -1400,10 +1389,8 @@ def mma_sparse_decode(
             config = pick_triton_config(H, B, sms=sms)
     use_gluon = config in GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6
     if use_gluon:
-        # A tuple may carry a 7th entry: benchmark-only shared-memory padding in bytes (occupancy proxy).
         gcfg = GLUON_CONFIGS[config]["launch"] if isinstance(config, str) else config
-        block_t, stages, warps, q_smem, bits, dq = gcfg[:6]
-        pad = gcfg[6] if len(gcfg) > 6 else 0
+        block_t, stages, warps, q_smem, bits, dq = gcfg
         block_h = 16
     else:
         block_h, block_t, warps, stages = (
@@ -1443,9 +1430,11 @@ def mma_sparse_decode(
         extra_u8,
         extra_idx,
         extra_idx.stride(0),
-        extra_topk_length
-        if (has_extra and extra_topk_length is not None)
-        else dummy_len,
+        (
+            extra_topk_length
+            if (has_extra and extra_topk_length is not None)
+            else dummy_len
+        ),
         extra_idx.shape[1] if has_extra else 0,
         extra_page,
         extra_page_bytes,
@@ -1477,7 +1466,6 @@ def mma_sparse_decode(
             Q_SMEM=q_smem,
             BITS=bits,
             DQ=dq,
-            PAD=pad,
             num_warps=warps,
         )
     else:
