@@ -1,4 +1,4 @@
-"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND, and (sglang 0003) its default.
+"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND, and (sglang 0002) its default.
 
 Red on pristine 0.5.23 and green patched, against the trees' real files (tests/line_0_5_23/p1_tree.py):
 - the selector documents mma; the dispatcher with mma runs the overlay MMA kernel (TRITON_INTERPRET=1)
@@ -34,7 +34,7 @@ def selector_default(root) -> str:
 
 
 def test_the_default_is_mma_once_patched(pristine_root, patched_root):
-    """sglang 0003: mma is the default where the decode bench's rule held under this release's Triton
+    """sglang 0002: mma is the default where the decode bench's rule held under this release's Triton
     (BENCHMARKS.md, 2026-12-04 run); the release's own default is flashinfer."""
     assert selector_default(pristine_root) == "flashinfer"
     assert selector_default(patched_root) == "mma"

@@ -55,9 +55,11 @@ def _observed(pristine_root, patched_root) -> dict:
             refuses = True
     mix = V.Calls()
     V.mix_stats(pristine_root, mix, sm="sm120", rows=8, hidden=5120)
-    v4_partly = load_partly(_series("0.5.23").directory, _series("0.5.23").patches, lambda _: None)
-    v4_p3 = any(r.subject == P3 and r.holds(_reader(pristine_wheel("sglang", "0.5.23")))
-                for r in v4_partly.values())
+    # the fused post/pre boundary: the 0.5.14 line's P3 record (its figure, 1 of 86) holds on this release
+    v4_partly = load_partly(_series("0.5.14").directory, _series("0.5.14").patches, lambda _: None)
+    v4_boundary = any(r.subject == P3 and r.holds(_reader(pristine_wheel("sglang", "0.5.23")))
+                      for r in v4_partly.values())
+    carries_p3 = any(p.subject == P3 for p in _series("0.5.23").patches)     # retired here in patch set 0.1.10
     out = {}
     for (model, forward), rows in FORWARDS.items():
         ours = {V.sparse_attention_route(patched_root, V.Calls(), r) for r in rows}
@@ -77,10 +79,11 @@ def _observed(pristine_root, patched_root) -> dict:
             if mix.names() == ["hc_mix_stats_sinkhorn"]:
                 upstream.append("MHC: pre lagged from the previous sublayer -> hc_mix_stats_sinkhorn (the release's "
                                 "fused Triton mixing); hc_pre not called")
-        elif v4_p3:
-            subjects.insert(1, P3)
-            upstream.append("MHC: hc_pre on the forward's first read only (the partly figure above), the fused "
-                            "post+pre kernel on the other 85")
+        elif v4_boundary:
+            if carries_p3:
+                subjects.insert(1, P3)
+            upstream.append("MHC: hc_pre (the release's fp32 code; P3 retired here) on the forward's first read only, "
+                            "the fused post+pre kernel on the other 85")
         out[model, forward] = (subjects, upstream)
     return out
 

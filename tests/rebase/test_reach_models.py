@@ -34,7 +34,7 @@ def test_rows_keep_file_order_and_name_patches_by_file():
     rows = load_models(series.directory, series.patches, pytest.fail)
     assert [r.model for r in rows][:1] == ["DeepSeek-V4.1-Flash"] and all(r.upstream for r in rows)
     assert rows[0].reaches == ("0001-dsv4-an-mma-choice-for-the-sm_120-sparse-decode-back.patch",
-                               "0003-dsv4-make-mma-the-sm_120-sparse-decode-default.patch")
+                               "0002-dsv4-make-mma-the-sm_120-sparse-decode-default.patch")
 
 
 @pytest.mark.parametrize("line", ["0.5.14", "0.5.23"])
@@ -72,7 +72,7 @@ def test_the_matrix_prints_the_rows_under_the_line_table(tmp_path):
     out = proc.stdout.splitlines()
     head = out.index("| model | forward | the series' code it runs | upstream paths it takes | held by |")
     assert out[head - 2].startswith("On the pin (sglang 0.5.23, flashinfer 0.7.2)") and out[head - 4] == "### Reach by model"
-    assert ("| Some-Model | decode | `sglang/0003-dsv4-make-mma-the-sm_120-sparse-decode-default.patch` | "
+    assert ("| Some-Model | decode | `sglang/0002-dsv4-make-mma-the-sm_120-sparse-decode-default.patch` | "
             "attention: a path | `tests/x.py` |") in out
 
 
