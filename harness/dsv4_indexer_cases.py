@@ -29,7 +29,7 @@ INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
 TRITON_INDEXER = "sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
 MHC_PRE_TRITON = "sglang/srt/layers/mhc_pre_triton.py"            # 0.5.14 (beside its srt/layers/mhc.py)
-MHC_PRE_TRITON_OPS = "sglang/kernels/ops/layernorm/mhc_pre_triton.py"   # 0.5.23 (beside kernels/ops/layernorm/mhc.py)
+MHC_PRE_TRITON_OPS = "sglang/kernels/ops/layernorm/mhc_pre_triton.py"   # 0.5.23 up to patch set 0.1.9 (P3 retired there since)
 ENVIRON = "sglang.srt.environ"
 
 PAGE, HEAD_DIM, N_HEADS = 64, 128, 64

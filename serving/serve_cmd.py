@@ -42,7 +42,7 @@ PREFILL_CHUNK = 8192
 OVERLAY_ENV = {
     # P1: the head-tiled MMA sparse-decode kernel (triton = upstream per-head kernel, torch = fallback)
     "SGLANG_SM120_SPARSE_DECODE": "mma",
-    # P3: the fused bf16 MHC-pre Triton kernel (0 = the same bf16 math as torch ops)
+    # P3 (0.5.14 line; retired on 0.5.23): the fused bf16 MHC-pre Triton kernel (0 = the same bf16 math as torch ops)
     "SGLANG_SM120_MHC_PRE_TRITON": "1",
     # P4: the length-bounded Triton indexer (0 = upstream torch fallback)
     "SGLANG_SM120_INDEXER_TRITON": "1",

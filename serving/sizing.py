@@ -1,4 +1,4 @@
-"""Memory sizing of DeepSeek-V4-Flash computed from its config.json (COMPUTED, NOT MEASURED).
+"""Memory sizing of DeepSeek-V4-Flash and V4.1-Flash computed from their config.json (COMPUTED, NOT MEASURED).
 
     python -m serving.sizing [--config serving/dsv4_flash_config.json] [--tp 8] [--gpu-gib 96]
                              [--mem-fraction 0.85] [--reserve-gib 6] [--context 1048576]
@@ -17,7 +17,15 @@ layers/attention/dsv4/compressor.py and indexer.py, mxfp4_marlin_moe.py):
             584-byte entry (448 fp8 + 64 bf16 + 8 scale bytes, flash_mla_sm120.py) per 4 tokens plus
             its indexer's 132-byte entry (128 fp8 + fp32 scale) per 4 tokens, each c128 layer one
             584-byte entry per 128 tokens; every layer's sliding window adds 584 bytes x window per
-            request, not per token.
+            request, not per token. DeepSeek-V4.1 (sglang 0.5.23) adds ratio-1 and ratio-2 layers: only
+            the layers in kv_source_layer_ids own their compressed cache (584 bytes per 1 or 2 tokens; the
+            layers between read it, deepseek_v4_memory_pool.collect_sources_by_ratio), and those in
+            index_source_layer_ids an fp4 index key (index_head_dim / 2 + index_head_dim / 32 bytes per
+            compressed token, get_dsv4_indexer_bytes_per_token); off sm_100 the main cache keeps V4's
+            584-byte entries (select_dsv4_kv_layout).
+  engram    V4.1's n-gram tables, one per engram layer: engram_num_embeddings rows of engram_head_dim fp8
+            bytes + one e8m0 scale per 32 (layers/engram.py), rows split over the TP ranks in device
+            memory, or all in host memory with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1 (--engram-host).
 Real usage differs by page rounding (256-token pages), CUDA-graph pools, activations and NCCL buffers:
 --reserve-gib stands for those. Check a real start's log ("KV Cache is allocated", "max_total_num_tokens").
 """
@@ -33,6 +41,7 @@ CONFIG = HERE / "dsv4_flash_config.json"
 GIB = 1 << 30
 KV_ENTRY = 448 + 64 * 2 + 8          # bytes per compressed/window entry of the sm_120 FP8 cache
 INDEXER_ENTRY = 128 + 4              # fp8 key + its fp32 scale
+ENGRAM_SCALE_BLOCK = 32               # one e8m0 scale byte per 32 fp8 values of an engram row
 FP4_BYTES = 0.5 + 1 / 32             # e2m1 + one e8m0 per 32
 FP8_BYTES = 1 + 4 / (128 * 128)
 
@@ -55,7 +64,8 @@ def weight_bytes(config: dict, tp: int = 1) -> dict:
     def add(d, key, value):
         d[key] = d.get(key, 0.0) + value
 
-    for ratio in layer_kinds(c):
+    index_sources = set(c.get("index_source_layer_ids", ()))
+    for layer, ratio in enumerate(layer_kinds(c)):
         add(split, "routed experts (MXFP4)", E * 3 * H * I * FP4_BYTES)
         add(split, "shared expert (FP8)", c["n_shared_experts"] * 3 * H * I * FP8_BYTES)
         add(split, "attention wq_b/wo_b (FP8)", (q * heads * hd + g * o * H) * FP8_BYTES)
@@ -67,7 +77,7 @@ def weight_bytes(config: dict, tp: int = 1) -> dict:
         if ratio:
             coff = 2 if ratio == 4 else 1
             add(repl, "compressors (bf16)", (H * 2 * coff * hd + ratio * coff * hd * 2) * 2)
-        if ratio == 4:
+        if ratio == 4 or (ratio in (1, 2) and layer in index_sources):
             add(repl, "indexer (FP8 wq_b, bf16 rest)", q * ih * ihd * FP8_BYTES + H * ih * 2 + H * 2 * 2 * ihd * 2)
     add(split, "embedding + head (bf16)", 2 * c["vocab_size"] * H * 2)
     total = sum(split.values()) + sum(repl.values())
@@ -79,20 +89,35 @@ def kv_bytes(config: dict) -> dict:
     """KV bytes per token (all layers) and per request (the windows), on each rank."""
     per_token = per_request = 0.0
     kinds = layer_kinds(config)[: config["num_hidden_layers"]]    # the MTP layer keeps no cache without MTP
-    for ratio in kinds:
+    kv_sources = set(config.get("kv_source_layer_ids", ()))
+    index_sources = set(config.get("index_source_layer_ids", ()))
+    index_fp4 = config.get("index_head_dim", 128) // 2 + config.get("index_head_dim", 128) // 32
+    for layer, ratio in enumerate(kinds):
         per_request += config["sliding_window"] * KV_ENTRY
         if ratio == 4:
             per_token += (KV_ENTRY + INDEXER_ENTRY) / 4
+        elif ratio in (1, 2):         # V4.1: the sources own the cache and the index keys, the others read them
+            per_token += (KV_ENTRY * (layer in kv_sources) + index_fp4 * (layer in index_sources)) / ratio
         elif ratio:
             per_token += KV_ENTRY / ratio
     return {"per_token": per_token, "per_request": per_request,
             "layers": {r: kinds.count(r) for r in sorted(set(kinds))}}
 
 
-def plan(config: dict, tp: int, gpu_gib: float, mem_fraction: float, reserve_gib: float, context: int) -> dict:
+def engram_bytes(config: dict) -> float:
+    """V4.1's engram tables, all layers' rows, fp8 with their e8m0 scales (0 without engram layers)."""
+    dim = config.get("engram_head_dim", 0)
+    rows = sum(config.get("engram_num_embeddings", ()) or ()) if config.get("engram_layer_ids") else 0
+    return rows * (dim + dim // ENGRAM_SCALE_BLOCK)
+
+
+def plan(config: dict, tp: int, gpu_gib: float, mem_fraction: float, reserve_gib: float, context: int,
+         engram_host: bool = False) -> dict:
     w = weight_bytes(config, tp)
     kv = kv_bytes(config)
-    pool = gpu_gib * GIB * mem_fraction - w["per_gpu_total"]
+    engram = engram_bytes(config)
+    engram_gpu = 0.0 if engram_host else engram / tp
+    pool = gpu_gib * GIB * mem_fraction - w["per_gpu_total"] - engram_gpu
     tokens = max(pool, 0) / kv["per_token"]
     request = kv["per_token"] * context + kv["per_request"]
     return {"tp": tp, "gpu_gib": gpu_gib, "mem_fraction": mem_fraction, "reserve_gib": reserve_gib,
@@ -101,6 +126,7 @@ def plan(config: dict, tp: int, gpu_gib: float, mem_fraction: float, reserve_gib
             "layers_by_ratio": kv["layers"], "kv_pool_per_gpu_gib": pool / GIB, "kv_tokens": tokens,
             "context": context, "requests_at_context": max(pool, 0) / request,
             "headroom_gib": gpu_gib * (1 - mem_fraction) - reserve_gib,
+            "engram_total_gib": engram / GIB, "engram_per_gpu_gib": engram_gpu / GIB, "engram_host": engram_host,
             "parts_gib": {k: v / GIB for k, v in w["parts"].items()}}
 
 
@@ -109,6 +135,10 @@ def text(p: dict) -> str:
              f"--mem-fraction-static {p['mem_fraction']:g}",
              f"weights: {p['weights_total_gib']:.1f} GiB in all, {p['weights_per_gpu_gib']:.1f} GiB per GPU"]
     lines += [f"  {k}: {v:.1f} GiB" for k, v in p["parts_gib"].items()]
+    if p["engram_total_gib"]:
+        where = "in host memory (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1)" if p["engram_host"] else \
+            f"{p['engram_per_gpu_gib']:.1f} GiB per GPU (rows split over the TP ranks)"
+        lines.append(f"engram tables: {p['engram_total_gib']:.1f} GiB in all, {where}")
     lines += [f"KV cache: {p['kv_per_token_bytes']:.0f} bytes per token per GPU (layers by compress ratio "
               f"{p['layers_by_ratio']}), + {p['window_per_request_bytes'] / (1 << 20):.1f} MiB per request "
               "(the sliding windows)",
@@ -127,11 +157,15 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--reserve-gib", type=float, default=6.0)
     ap.add_argument("--context", type=int, default=1 << 20)
+    ap.add_argument("--engram-host", action="store_true",
+                    help="V4.1: the engram tables in host memory (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
         config = json.loads(args.config.read_text())
-        result = plan(config, args.tp, args.gpu_gib, args.mem_fraction, args.reserve_gib, args.context)
+        config = {**config.pop("text_config", {}), **config}     # V4.1 checkpoints nest the text model's fields
+        result = plan(config, args.tp, args.gpu_gib, args.mem_fraction, args.reserve_gib, args.context,
+                      args.engram_host)
     except (OSError, ValueError, KeyError) as exc:
         print(f"sizing: expected a DeepSeek-V4 config.json at {args.config}, found {type(exc).__name__}: {exc}",
               file=sys.stderr)

@@ -29,7 +29,7 @@ from pathlib import Path
 from .. import PatchkitError, UsageError, jsonio
 from ..fsio import atomic_write
 from ..lockfile import version_key
-from .reach import load_partly
+from .reach import load_models, load_partly
 from .requires import is_version, release_versions, requirement, requires_dist, satisfies
 from .state import CLEAN, CONFLICT, OFFSET, RESOLVED, SUPERSEDED, UPSTREAM
 
@@ -193,10 +193,14 @@ def build_matrix(engine, start, progress, after: str | None = None, only: list[s
                         pin_column if not picked or lead.version in versions else None)
     partly = {f"{n}/{p}": r.describe() for n in names
               for p, r in load_partly(engine.series(n).directory, engine.series(n).patches, progress).items()}
+    models = [{"model": r.model, "forward": r.forward, "reaches": [f"{n}/{p}" for p in r.reaches],
+               "upstream": list(r.upstream), "held_by": r.held_by}
+              for n in names for r in load_models(engine.series(n).directory, engine.series(n).patches, progress)]
     return {"line": engine.lock.line, "lead": lead.name,
             "pin": {n: u.version for n, u in engine.lock.upstreams.items()},
             "patches": patches, "columns": columns,
-            "others": _others(engine, start, progress, lead, columns, picked, cells), "partly": partly}
+            "others": _others(engine, start, progress, lead, columns, picked, cells), "partly": partly,
+            "models": models}
 
 
 TITLE = "# Compatibility matrix"
@@ -251,9 +255,25 @@ def markdown(matrix: dict) -> str:
     if shown:
         text += ["", "Partly reached (the figure and its provenance as the series' reach.toml records them):",
                  *[f"- `{p}`: {matrix['partly'][p]}" for p in shown]]
+    if matrix.get("models"):
+        text += ["", *_model_table(matrix)]
     if errors:
         text += ["", "Releases that could not be evaluated:", *errors]
     return "\n".join(text) + "\n"
+
+
+MODEL_HEADING = "### Reach by model"     # its own heading: parse_markdown reads a table by the heading above it
+
+
+def _model_table(matrix: dict) -> list[str]:
+    """The series' [[model]] rows (reach.py): per model and forward, what of the series runs on the pin."""
+    pins = ", ".join(f"{n} {v}" for n, v in matrix["pin"].items())
+    rows = ["| model | forward | the series' code it runs | upstream paths it takes | held by |", "|---|---|---|---|---|"]
+    for m in matrix["models"]:
+        ours = ", ".join(f"`{p}`" for p in m["reaches"]) or "none"
+        rows.append(f"| {m['model']} | {m['forward']} | {ours} | {'<br>'.join(m['upstream'])} | `{m['held_by']}` |")
+    return [MODEL_HEADING, "", f"On the pin ({pins}), as the series' reach.toml records it; each row is held by the "
+            "test it names, which drives the release's own dispatch:", "", *rows]
 
 
 def _sections(text: str) -> dict[str, str]:

@@ -22,7 +22,6 @@ from tests.rebase.test_rebase import cli
 
 LINE = "0.5.23"
 P3 = "sglang/0002-dsv4-run-the-MHC-pre-mixing-linear-in-bf16-on-tensor.patch"
-PARTLY = "partly reached (1/86)"
 
 
 def _matrix(repo, *args):
@@ -47,9 +46,8 @@ def test_the_line_section_is_as_docs_compat_md_says_and_the_other_sections_stay(
     repo, _, data = full
     pin = data["columns"][0]
     assert pin["pin"] and pin["version"] == LINE, pin
-    # every patch is exact on its pin; P3's code runs on the calls reach.toml says, the others' on every call
-    assert pin["cells"][P3] == PARTLY, pin["cells"]
-    assert {v for k, v in pin["cells"].items() if k != P3} == {"applies"}, pin["cells"]
+    # every patch is exact on its pin and its code runs on every call (P3, the one partly reached, retired in 0.1.10)
+    assert P3 not in pin["cells"] and set(pin["cells"].values()) == {"applies"}, pin["cells"]
     before = _sections((REPO / "docs" / "compat.md").read_text())
     after = _sections((repo / "docs" / "compat.md").read_text())
     assert after[LINE] == before[LINE], "docs/compat.md's 0.5.23 section differs from the matrix run"
@@ -80,19 +78,13 @@ def test_flashinfer_releases_after_the_pinned_one_have_their_own_columns(full):
     assert "flashinfer 0.7.4<br>sglang 0.5.23 requires 0.7.2" in proc.stdout
 
 
-def test_p3_is_partly_reached_on_its_pin_with_the_recorded_figure(tmp_path):
-    """The pin column alone (no dry run): P3's cell and the figure's provenance under the table."""
+def test_p3_left_the_line_so_its_pin_column_has_no_partly_figure(tmp_path):
+    """P3 was retired on this line (patch set 0.1.10): the pin column has no row for it and no figure under it."""
     repo = repo_copy(tmp_path / "repo")
     proc, data = _matrix(repo, "--releases", LINE)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert data["columns"][0]["cells"][P3] == PARTLY, data["columns"][0]["cells"]
-    assert "derived from the source, not measured" in data["partly"][P3], data["partly"]
-    note = [l for l in proc.stdout.splitlines() if l.startswith(f"- `{P3}`")]
-    assert note and "1 of 86 hc_pre calls" in note[0] and "Source: sglang 0.5.23 wheel" in note[0], proc.stdout[-2000:]
-    # without the figure the trailers' verdict stands
-    (repo / "patches" / LINE / "sglang" / "reach.toml").unlink()
-    proc, data = _matrix(repo, "--releases", LINE)
-    assert data["columns"][0]["cells"][P3] == "applies" and "Partly reached" not in proc.stdout
+    assert P3 not in data["columns"][0]["cells"] and not data["partly"], (data["columns"][0]["cells"], data["partly"])
+    assert "Partly reached" not in proc.stdout and P3 not in proc.stdout
 
 
 def test_a_patch_not_exact_on_its_pin_fails_the_pin_column(tmp_path):

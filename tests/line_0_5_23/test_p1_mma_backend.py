@@ -1,4 +1,4 @@
-"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND, and (sglang 0003) its default.
+"""P1 on 0.5.23: `mma` is a value of upstream's SGLANG_SM120_FLASHMLA_BACKEND, and (sglang 0002) its default.
 
 Red on pristine 0.5.23 and green patched, against the trees' real files (tests/line_0_5_23/p1_tree.py):
 - the selector documents mma; the dispatcher with mma runs the overlay MMA kernel (TRITON_INTERPRET=1)
@@ -37,7 +37,7 @@ def selector_default(root) -> str:
 
 
 def test_the_default_is_mma_once_patched(pristine_root, patched_root):
-    """sglang 0003: mma is the default where the decode bench's rule held under this release's Triton
+    """sglang 0002: mma is the default where the decode bench's rule held under this release's Triton
     (BENCHMARKS.md, 2026-12-04 run); the release's own default is flashinfer."""
     assert selector_default(pristine_root) == "flashinfer"
     assert selector_default(patched_root) == "mma"
@@ -158,8 +158,9 @@ def test_pristine_has_no_routing_by_rows(pristine_root):
     assert not hasattr(module, "SM120_DEFAULT_ROUTES") and not hasattr(module, "sm120_backend")
 
 
-def test_the_default_routes_nothing_until_the_bench_sets_it(patched_root, monkeypatch):
-    """Empty table: mma at every row count, prefill chunks and verify batches included (today's default)."""
+def test_the_default_sends_every_row_count_to_mma_as_measured(patched_root, monkeypatch):
+    """Empty table: mma at every row count, prefill chunks and verify batches included (timed at V4.1-Flash's rows,
+    mma was faster than FlashInfer at each: BENCHMARKS.md, "P1 at DeepSeek-V4.1-Flash's rows")."""
     module = T.dispatcher(patched_root, None)
     assert module.SM120_DEFAULT_ROUTES == ()
     assert _routed(module, monkeypatch) == {rows: "mma" for rows in ROUTE_ROWS}

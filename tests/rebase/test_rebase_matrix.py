@@ -92,9 +92,9 @@ def test_p3_is_partly_reached_where_the_fused_mhc_boundary_runs_and_not_before(m
     late = result_of(_report(matrix, "0.5.23"), P3, SERIES)
     assert late["partly"] == "1/86" and late["unreached"] == [], late
     assert matrix[0]["0.5.23"]["cells"][name] == "conflict, partly reached (1/86)"
-    said = [d for d in late["detail"] if d.startswith("partly reached: 1 of 86 hc_pre calls")]
+    said = [d for d in late["detail"] if d.startswith("partly reached: 1 of 86 MHC-pre mixings")]
     assert said and "not measured" in said[0] and "SGLANG_OPT_FUSE_MHC_POST_PRE" in said[0], late["detail"]
     # 0.5.16: the fusion is off by default, every hc_pre call runs the patched code
     early = result_of(_report(matrix, "0.5.16"), P3, SERIES)
     assert early["partly"] == "" and "partly" not in matrix[0]["0.5.16"]["cells"][name], early
-    assert "partly reached (1/86)" in matrix[2].stdout and "1 of 86 hc_pre calls" in matrix[2].stdout
+    assert "partly reached (1/86)" in matrix[2].stdout and "1 of 86 MHC-pre mixings" in matrix[2].stdout

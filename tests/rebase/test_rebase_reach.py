@@ -27,16 +27,13 @@ def _reader(pristine):
 
 
 def test_p3_record_holds_on_0_5_23_and_names_code_the_0_5_14_pin_lacks():
-    series = _series("0.5.23")
-    partly = load_partly(series.directory, series.patches, pytest.fail)
-    [(name, record)] = partly.items()
-    assert name.startswith("0002-") and record.subject == SUBJECT and record.fraction == "1/86"
-    read = _reader(pristine_wheel("sglang", "0.5.23"))
-    assert pin_problems(list(record.when), read) == [] and record.holds(read)
-    # the 0.5.14 line's copy names the same patch (numbered 0003 there) and the same code, absent on its pin
+    # P3 left the 0.5.23 series (patch set 0.1.10); the 0.5.14 line's record keeps its figure for later releases
+    assert all(p.subject != SUBJECT for p in _series("0.5.23").patches)
     old = _series("0.5.14")
     [(old_name, old_record)] = load_partly(old.directory, old.patches, pytest.fail).items()
-    assert old_name.startswith("0003-") and old_record.when == record.when
+    assert old_name.startswith("0003-") and old_record.subject == SUBJECT and old_record.fraction == "1/86"
+    read = _reader(pristine_wheel("sglang", "0.5.23"))
+    assert pin_problems(list(old_record.when), read) == [] and old_record.holds(read)
     assert not old_record.holds(_reader(pristine_wheel("sglang", "0.5.14")))
 
 
@@ -47,15 +44,15 @@ def test_p3_record_holds_on_0_5_23_and_names_code_the_0_5_14_pin_lacks():
 ])
 def test_a_bad_record_is_refused_in_one_line_before_anything_is_written(tmp_path, edit, expected):
     repo = repo_copy(tmp_path / "repo")
-    data = repo / "patches" / "0.5.23" / "sglang" / FILE
+    data = repo / "patches" / "0.5.14" / "sglang" / FILE
     data.write_text(edit(data.read_text()))
     with pytest.raises(PatchkitError) as err:
-        series = _series("0.5.23", repo)
+        series = _series("0.5.14", repo)
         load_partly(series.directory, series.patches, pytest.fail)
     assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
     before = data_snapshot(repo)
-    proc = cli(repo, "rebase", "--line", "0.5.23", "--to", "flashinfer=0.7.4", "--force", "--dry-run",
-               env={"PATCHKIT_LINE": "0.5.23"})
+    proc = cli(repo, "rebase", "--line", "0.5.14", "--to", "flashinfer=0.6.15.post1", "--force", "--dry-run",
+               env={"PATCHKIT_LINE": "0.5.14"})
     lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert proc.returncode == 1 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
     assert "building" not in proc.stderr and data_snapshot(repo) == before
@@ -64,8 +61,10 @@ def test_a_bad_record_is_refused_in_one_line_before_anything_is_written(tmp_path
 def test_a_record_whose_patch_left_the_series_is_left_out_with_a_warning(tmp_path):
     """A series edit that drops or renames the patch must not block a rebase: the figure is not used, and said so."""
     repo = repo_copy(tmp_path / "repo")
+    # as P3's record would be, had it stayed in the 0.5.23 line's data when P3 left that series
+    record = (repo / "patches/0.5.14/sglang" / FILE).read_text().split("[[partly]]", 1)[1].split("\n\n", 1)[0]
     data = repo / "patches" / "0.5.23" / "sglang" / FILE
-    data.write_text(data.read_text().replace(SUBJECT, "a subject no patch has"))
+    data.write_text(data.read_text() + "\n[[partly]]" + record.replace(SUBJECT, "a subject no patch has") + "\n")
     series, said = _series("0.5.23", repo), []
     assert load_partly(series.directory, series.patches, said.append) == {}
     assert len(said) == 1 and "'a subject no patch has'" in said[0] and "not used" in said[0], said
