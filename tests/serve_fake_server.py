@@ -1,6 +1,6 @@
 """Test double for the sglang server process, driven by tests/serving/test_serve_smoke.py.
 
-    python tests/serve_fake_server.py MODE --port P [--pid-file F]
+    python tests/serve_fake_server.py MODE --port P [--pid-file F] [--event-gap-ms MS]
 
 Modes:
   exit-early    print a load error and exit 3 (a server that dies while loading)
@@ -31,7 +31,7 @@ SHADOW_CALLS = [0]
 FAKE_KERNELS = [("_mma_sparse_decode_kernel", 30.0), ("_combine_splits_kernel", 10.0), ("fused_moe_kernel", 60.0)]
 
 
-def _handler(mode: str):
+def _handler(mode: str, event_gap_s: float = 0.002):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):
             sys.stdout.write("fake: " + fmt % args + "\n")
@@ -55,7 +55,7 @@ def _handler(mode: str):
                           flush=True)
                 self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                 self.wfile.flush()
-                time.sleep(0.002)
+                time.sleep(event_gap_s)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 
@@ -157,6 +157,9 @@ def main() -> int:
     parser.add_argument("mode", choices=["exit-early", "never-healthy", "good", "no-tokens", "logprobs"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--pid-file")
+    # the pause between two streamed tokens: a driver whose steady window needs concurrent streams to overlap by
+    # many tokens passes a longer one, so a request that starts late on a loaded machine still overlaps the others
+    parser.add_argument("--event-gap-ms", type=float, default=2.0)
     args = parser.parse_args()
     if args.mode == "exit-early":
         print("fake: RuntimeError: cannot load model weights", flush=True)
@@ -169,7 +172,7 @@ def main() -> int:
         with open(args.pid_file + ".tmp", "w") as fh:
             fh.write(" ".join(map(str, pids)))
         os.replace(args.pid_file + ".tmp", args.pid_file)
-    ThreadingHTTPServer(("127.0.0.1", args.port), _handler(args.mode)).serve_forever()
+    ThreadingHTTPServer(("127.0.0.1", args.port), _handler(args.mode, args.event_gap_ms / 1000)).serve_forever()
     return 0
 
 

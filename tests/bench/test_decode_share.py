@@ -117,7 +117,11 @@ def test_the_driver_measures_each_server_alone_and_stops_them(tmp_path, profile,
     servers = server_pool.build(decode_share.variants(a, tmp_path), None, sys.executable, tmp_path,
                                 port_base=31300 + 100 * profile)
     for s in servers:
-        s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "good", "--port", str(s.port)])
+        # 20 ms a token: the steady window needs the 4 concurrent streams to overlap by 32 of their 96 tokens; at
+        # the fake's default 2 ms a request that started 130 ms late on a loaded machine left too short a window
+        # (step_ms None: seen once in 20 runs beside a second `make test`); here it may start 1.3 s late
+        s.launch = serve_cmd.Launch(argv=[sys.executable, str(fake), "good", "--port", str(s.port),
+                                          "--event-gap-ms", "20"])
     assert decode_share._run(servers, a) == 0
     assert all(s.proc is None for s in servers)
     assert alive_while_measuring == [["triton-128K"], ["mma-128K"], ["skip-128K"]]
