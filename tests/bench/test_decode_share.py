@@ -113,9 +113,13 @@ def test_the_driver_measures_each_server_alone_and_stops_them(tmp_path, profile,
     fake = Path(__file__).resolve().parents[1] / "serve_fake_server.py"
     a = args("--out", str(tmp_path), "--contexts", "131072", "--concurrency", "1,4", "--prompt-len", "16",
              "--output-len", "96", "--profile-steps", str(profile), "--start-timeout", "60")
-    # a port range of its own: servers started one at a time would otherwise meet other tests' on theirs
-    servers = server_pool.build(decode_share.variants(a, tmp_path), None, sys.executable, tmp_path,
-                                port_base=31300 + 100 * profile)
+    # a port range of its own, where the system hands out free ports: a fixed base met the same test of a second
+    # suite run beside this one (two `make test` on one machine) on the same ports, and lost the race for one
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+    servers = server_pool.build(decode_share.variants(a, tmp_path), None, sys.executable, tmp_path, port_base=base)
     for s in servers:
         # 20 ms a token: the steady window needs the 4 concurrent streams to overlap by 32 of their 96 tokens; at
         # the fake's default 2 ms a request that started 130 ms late on a loaded machine left too short a window

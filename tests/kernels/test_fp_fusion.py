@@ -108,8 +108,6 @@ RUNTIME = [
     ("0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py", mma_calls,
      {"_mma_sparse_decode_kernel", "_combine_splits_kernel"}),
     ("0.5.14/sglang/srt/layers/mhc_pre_triton.py", mhc_calls, {"_mhc_pre_partials", "_mhc_pre_finish", "_mhc_pre_fused"}),
-    ("0.5.23/sglang/kernels/ops/layernorm/mhc_pre_triton.py", mhc_calls,
-     {"_mhc_pre_partials", "_mhc_pre_finish", "_mhc_pre_fused"}),
     ("0.5.14/sglang/srt/layers/attention/dsv4/paged_mqa_logits_triton.py", indexer_calls, {"_paged_mqa_logits_kernel"}),
 ]
 
