@@ -118,7 +118,7 @@ def test_the_driver_measures_each_server_alone_and_stops_them(tmp_path, profile,
     import socket
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
+        base = 30000 + probe.getsockname()[1] % 20000   # room above it for the pool's port steps
     servers = server_pool.build(decode_share.variants(a, tmp_path), None, sys.executable, tmp_path, port_base=base)
     for s in servers:
         # 20 ms a token: the steady window needs the 4 concurrent streams to overlap by 32 of their 96 tokens; at
