@@ -3,7 +3,7 @@
     python3 -m bench.airgapped.carry pack-dir SRC --keep lib,site,SOURCES.json --out build/carry-peer-0.7.4
     python3 -m bench.airgapped.carry install build/carry-peer-0.7.4 --into /tmp/peer-0.7.4        # on the GPU machine
 
-What is copied beside the tree shares the bundle's budget (64 MiB with the tree), so it is packed small: one
+What is copied beside the tree should be a small copy (the checkout and the bundle take 48 MiB at most), so it is packed small: one
 deterministic `payload.tar.xz` (sorted members, no times or owners, xz -9) and `manifest.json` (every
 member's size and sha256, the payload's sha256, and whatever the packer records about where it came
 from). `install` checks the payload and each member against the manifest before anything is written,

@@ -4,7 +4,7 @@
     python3 -m bench.airgapped.carry_triton install build/carry-triton-3.9.0 --into /tmp/triton-3.9.0   # on the GPU machine
 
 The GPU machine has one Triton (its torch's); a newer one (3.8 for SGLang 0.5.23, 3.9 for torch 2.15) is a
-250-290 MB wheel and ~900 MB unpacked, over the 64 MiB budget of what is copied there. What a kernel run needs is much smaller.
+250-290 MB wheel and ~900 MB unpacked, far more than a small copy to an air-gapped machine should carry. What a kernel run needs is much smaller.
 `build` reads the release itself rather than assuming how the last one was laid out:
   * the wheel: `pip download` through pip's own configuration, then the one whose tags the target interpreter
     supports, best first (packaging.tags: 3.8 ships `cp312-cp312`, 3.9 `cp312-abi3`);

@@ -18,7 +18,8 @@ LENDING = re.compile("|".join(p.replace(" ", r"\s+") for p in [
     r"\bdevice (?:call|time|command)s?\b",
     r"\blent\b",
     r"\bnvidia-h[12]00(?:-x\d)?\b",               # machine kinds
-    r"\b64 MiB a call\b", r"\ba call carries\b", r"\bper-call limit\b",
+    r"\b64 MiB\b",                                 # the lending limit; the project's own budget is the bundle's
+    r"\ba call carries\b", r"\bper-call limit\b",
     r"\bcarry-size\b",
     r"\bH200 box\b",
     r"\bcarry: \[",                               # the lending tool's argument

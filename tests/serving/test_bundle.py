@@ -379,15 +379,14 @@ def test_the_budget_check_fails_when_the_spare_is_short_with_a_bundle_and_with_t
     packed = tmp_path / "bundle"
     packed.mkdir()
     (packed / "payload.tar.xz").write_bytes(b"y" * 600_000)
-    monkeypatch.setattr(bundle, "COPY_MIB", 2)
-    monkeypatch.setattr(bundle, "SPARE_MIB", 1)
-    assert bundle.check_budget(packed, repo) == 0           # 0.9e6 bytes of 2 MiB: 1.14 MiB left
-    (packed / "more.whl").write_bytes(b"z" * 200_000)     # 1.1e6 bytes: 0.95 MiB left, under the 1 MiB spare
+    monkeypatch.setattr(bundle, "BUDGET_MIB", 1)
+    assert bundle.check_budget(packed, repo) == 0           # 0.9e6 bytes of 1 MiB: 0.14 MiB left
+    (packed / "more.whl").write_bytes(b"z" * 200_000)     # 1.1e6 bytes: 0.05 MiB over the 1 MiB budget
     assert bundle.check_budget(packed, repo) == 1
-    assert "short by 0.05 MiB" in capsys.readouterr().out
+    assert "over by 0.05 MiB" in capsys.readouterr().out
     # No bundle built (CI): the bundle counts at the most make bundle builds, its limit.
-    assert bundle.check_budget(None, repo, limit_mib=0.5) == 0     # 0.3e6 bytes + 0.5 MiB: 1.21 MiB left
-    assert bundle.check_budget(None, repo, limit_mib=0.8) == 1     # 0.91 MiB left
+    assert bundle.check_budget(None, repo, limit_mib=0.5) == 0     # 0.3e6 bytes + 0.5 MiB: 0.21 MiB left
+    assert bundle.check_budget(None, repo, limit_mib=0.8) == 1     # 0.09 MiB over
     assert "the largest bundle make bundle builds (0.8 MiB, its limit)" in capsys.readouterr().out
     with pytest.raises(BundleError, match="expected a built bundle at .*nope, found no files there"):
         bundle.check_budget(tmp_path / "nope", repo)
