@@ -181,9 +181,9 @@ def followed_releases(root: Path) -> list[str]:
     """Triton releases the gate follows ahead of any line: each requirements-aot-tritonXY.txt whose release no
     line of pin.lock runs (a newer Triton users may install under the newest line). Now: triton 3.9, which
     torch 2.15 requires (torch 2.15.0: triton ~= 3.9), the runtime of the next SGLang release that moves to it."""
-    from patchkit.lockfile import load_lock, lock_lines
+    from patchkit.lockfile import load_locks
 
-    own = {release_of(load_lock(root / "pin.lock", line).runtime["triton"]) for line in lock_lines(root / "pin.lock")}
+    own = {release_of(lock.runtime["triton"]) for lock in load_locks(root / "pin.lock")}
     found = {requirements_release(req) for req in root.glob("requirements-aot-triton*.txt")}
     return sorted(found - own, key=lambda r: tuple(map(int, r.split("."))))
 
@@ -201,13 +201,14 @@ def _python_with(root: Path, release: str) -> Path | None:
 def aot_runs(root: Path) -> list[AotRun]:
     """Every run of the gate: each release line under its runtime's Triton, then each followed release on the
     newest line's files."""
-    from patchkit.lockfile import load_lock, lock_lines
+    from patchkit.lockfile import load_locks
 
-    lines = lock_lines(root / "pin.lock")
+    locks = load_locks(root / "pin.lock")
+    lines = [lock.line for lock in locks]
     runs = []
-    for line in lines:
-        release = release_of(load_lock(root / "pin.lock", line).runtime["triton"])
-        runs.append(AotRun(line, release, _python_with(root, release), own=True))
+    for lock in locks:
+        release = release_of(lock.runtime["triton"])
+        runs.append(AotRun(lock.line, release, _python_with(root, release), own=True))
     for release in followed_releases(root):
         runs.append(AotRun(lines[-1], release, _python_with(root, release), own=False))
     return runs

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.scoped import scoped
 from harness.upstream import import_from_tree, load_kernel, load_module, top_level_defs
 
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
@@ -126,15 +127,8 @@ def hc_pre_torch_impl(root: Path, rms_norm_eps: float = RMS_EPS, sm120: bool = T
     # is_sm120_supported`) gets the same answer: that module alone, only while the flags are evaluated.
     common = types.ModuleType("sglang.srt.utils.common")
     common.is_sm120_supported = probe
-    saved = sys.modules.get(common.__name__)
-    sys.modules[common.__name__] = common
-    try:
+    with scoped(sys.modules, {common.__name__: common}):
         exec(compile(ast.Module(body=helpers + flags + [inner], type_ignores=[]), str(path), "exec"), namespace)
-    finally:
-        if saved is None:
-            sys.modules.pop(common.__name__, None)
-        else:
-            sys.modules[common.__name__] = saved
     return namespace["hc_pre_torch_impl"]
 
 

@@ -17,6 +17,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness.scoped import scoped
 from serving import REPO
 
 
@@ -219,17 +220,9 @@ def _release_modules(tree: Path | None, line: str | None) -> dict[str, types.Mod
 
     common.direct_register_custom_op = direct_register_custom_op
     modules = {logging_name: _module_from_source(logging_name, read(logging_rel), where(logging_rel))}
-    saved = {k: sys.modules.get(k) for k in modules}
-    sys.modules.update(modules)
-    try:
+    with scoped(sys.modules, dict(modules)):
         modules["sglang.srt.utils.custom_op"] = _module_from_source(
             "sglang.srt.utils.custom_op", custom_op_source, where(CUSTOM_OP))
-    finally:
-        for k, m in saved.items():
-            if m is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = m
     modules["sglang.srt.utils.common"] = common
     _RELEASES[key] = modules
     return modules
@@ -255,25 +248,19 @@ def release_custom_op(tree: Path | None = None, line: str | None = None, cpu_ker
         yield None
         return
     modules = _release_modules(tree, line)
-    saved = {k: sys.modules.get(k) for k in modules}
-    sys.modules.update(modules)
-    if cpu_kernels:
-        import torch
-
-        _cpu_kernels_wanted += 1
-        for qualname in torch._C._dispatch_get_all_op_names():
-            if qualname.startswith("sglang::") and "." not in qualname:
-                _cpu_kernel(qualname)
-    try:
-        yield modules["sglang.srt.utils.custom_op"]
-    finally:
+    with scoped(sys.modules, modules):
         if cpu_kernels:
-            _cpu_kernels_wanted -= 1
-        for k, m in saved.items():
-            if m is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = m
+            import torch
+
+            _cpu_kernels_wanted += 1
+            for qualname in torch._C._dispatch_get_all_op_names():
+                if qualname.startswith("sglang::") and "." not in qualname:
+                    _cpu_kernel(qualname)
+        try:
+            yield modules["sglang.srt.utils.custom_op"]
+        finally:
+            if cpu_kernels:
+                _cpu_kernels_wanted -= 1
 
 
 def overlay_line(path: Path) -> str | None:

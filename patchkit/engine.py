@@ -54,7 +54,12 @@ class Engine:
         """`line`: the release line (None: the newest pin.lock names). `read_only`: the data an installed package
         ships: read, never written, and no build/ beside it."""
         repo = Path(repo)
-        lock = load_lock(repo / "pin.lock", line)
+        return cls.for_lock(repo, load_lock(repo / "pin.lock", line), read_only)
+
+    @classmethod
+    def for_lock(cls, repo: Path, lock: Lock, read_only: bool = False) -> "Engine":
+        """The repository's engine on the line of a Lock already read (one reading of pin.lock per command)."""
+        repo = Path(repo)
         return cls(lock, repo / "patches" / lock.line, repo / "overlay" / lock.line,
                    None if read_only else repo / "build")
 

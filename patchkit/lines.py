@@ -16,7 +16,7 @@ from itertools import combinations
 from pathlib import Path
 
 from . import PatchkitError, fsio
-from .lockfile import Lock, load_lock, lock_lines, tomllib
+from .lockfile import Lock, load_locks, tomllib
 
 COPIES = "overlay/copies.toml"
 
@@ -38,7 +38,7 @@ def runtime_line(locks: list[Lock], torch_version: str | None, triton_version: s
 
 def line_for_runtime(lock_path: Path, torch_version: str | None, triton_version: str | None) -> str:
     """The name of the line pin.lock pins for this torch + triton; else a one-line PatchkitError."""
-    return runtime_line([load_lock(lock_path, n) for n in lock_lines(lock_path)], torch_version, triton_version).line
+    return runtime_line(load_locks(lock_path), torch_version, triton_version).line
 
 
 def installed_runtime() -> tuple[str | None, str | None]:

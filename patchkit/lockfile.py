@@ -148,7 +148,17 @@ def lock_lines(path: Path) -> list[str]:
 def load_lock(path: Path, line: str | None = None) -> Lock:
     """One release line of pin.lock: `line`, or the newest when None; an unknown line is a one-line error."""
     path = Path(path)
+    return _lock(path, _read_toml(path), line)
+
+
+def load_locks(path: Path) -> list[Lock]:
+    """Every release line of pin.lock, oldest first, from one reading of the file."""
+    path = Path(path)
     tables = _read_toml(path)
+    return [_lock(path, tables, name) for name in sorted(tables, key=version_key)]
+
+
+def _lock(path: Path, tables: dict, line: str | None) -> Lock:
     names = tuple(sorted(tables, key=version_key))
     if line is None:
         # PATCHKIT_LINE: a shell's (or a test session's) standing choice; a name this pin.lock lacks is a typo

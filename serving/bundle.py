@@ -130,11 +130,12 @@ def bundle_engine(line: str | None, path: Path = REQUIREMENTS):
     given), or LINE if its runtime is the closure's; else one line saying which line would do. The build's one
     reading of its line: everything after takes this engine."""
     from patchkit.engine import Engine
-    from patchkit.lines import line_for_runtime
+    from patchkit.lines import line_for_runtime, runtime_line
+    from patchkit.lockfile import load_locks
 
     torch_v, triton_v = closure_runtime(path)
     if line is None:
-        return Engine.from_repo(REPO, line=line_for_runtime(REPO / "pin.lock", torch_v, triton_v))
+        return Engine.for_lock(REPO, runtime_line(load_locks(REPO / "pin.lock"), torch_v, triton_v))
     engine = Engine.from_repo(REPO, line=line)
     runtime = engine.lock.runtime
     if (runtime.get("torch"), runtime.get("triton")) != (torch_v, triton_v):

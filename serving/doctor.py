@@ -13,7 +13,6 @@ for a tree of an installed offline bundle (serving/bundle.py), run by serve_cmd/
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -158,12 +157,8 @@ def gather(venv: Path, target: Path | None = None, engine=None) -> Facts:
         env = probe_env(python)
         facts.python = str(python)
         facts.site = env.get("site")
-        facts.versions = env.get("versions", {})
-        facts.torch_cuda = env.get("torch_cuda")
-        facts.torch_error = env.get("torch_error")
-        facts.gpus = [Gpu(g["name"], tuple(g["cc"])) for g in env.get("gpus", [])]
-    facts.driver, facts.driver_cuda = nvidia_smi()
-    facts.nvcc = find_nvcc()
+        _read_probe(facts, env)
+    _read_machine(facts)
     target = target or (Path(facts.site) if facts.site else None)
     if target is not None:
         try:
@@ -242,20 +237,34 @@ def overlay_state(tree_dir: Path, overlay: Path) -> str:
     return "applied" if same else "outdated"
 
 
-def _runtime_line(versions: dict) -> str | None:
-    """The line whose [runtime] is this machine's torch/triton (None: none is, and the newest line's pins are
-    what the verdict then names as missing)."""
-    from patchkit.lines import line_for_runtime
+def _read_probe(facts: Facts, env: dict) -> None:
+    """What PROBE printed about the interpreter: its versions, torch's CUDA and GPUs."""
+    facts.versions = env.get("versions", {})
+    facts.torch_cuda = env.get("torch_cuda")
+    facts.torch_error = env.get("torch_error")
+    facts.gpus = [Gpu(g["name"], tuple(g["cc"])) for g in env.get("gpus", [])]
+
+
+def _read_machine(facts: Facts) -> None:
+    """What the machine has outside the interpreter: the driver and nvcc."""
+    facts.driver, facts.driver_cuda = nvidia_smi()
+    facts.nvcc = find_nvcc()
+
+
+def _runtime_lock(versions: dict):
+    """The line whose [runtime] is this machine's torch/triton, from one reading of pin.lock; where none is, the
+    line pin.lock gives by default, whose pins the verdict then names as missing."""
+    from patchkit.lines import runtime_line
+    from patchkit.lockfile import load_lock, load_locks
     try:
-        return line_for_runtime(REPO / "pin.lock", versions.get("torch"), versions.get("triton"))
+        return runtime_line(load_locks(REPO / "pin.lock"), versions.get("torch"), versions.get("triton"))
     except PatchkitError:
-        return None
+        return load_lock(REPO / "pin.lock")
 
 
 def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.environ) -> int:
     """The gate for one tree of an installed bundle, run by `python` (this machine's torch/triton).
     Prints the first blocking reason as 'doctor: ...' and returns 1, or the notes and returns 0."""
-    from patchkit.lockfile import load_lock
     from . import bundle
 
     try:
@@ -278,13 +287,9 @@ def gate_bundle(python: Path, site_root: Path, tree: str, log=print, environ=os.
         except PatchkitError as exc:
             facts.torch_error = str(exc)
     if env:
-        facts.versions = env.get("versions", {})
-        facts.torch_cuda = env.get("torch_cuda")
-        facts.torch_error = env.get("torch_error")
-        facts.gpus = [Gpu(g["name"], tuple(g["cc"])) for g in env.get("gpus", [])]
-    facts.driver, facts.driver_cuda = nvidia_smi()
-    facts.nvcc = find_nvcc()
-    lock = load_lock(REPO / "pin.lock", _runtime_line(facts.versions))   # the line this machine's runtime runs
+        _read_probe(facts, env)
+    _read_machine(facts)
+    lock = _runtime_lock(facts.versions)   # the line this machine's runtime runs
     facts.patch_state = overlay_state(Path(entries[0]), REPO / "overlay" / lock.line)
     # sglang/flashinfer come from the bundle's pinned wheels (its manifest); the machine brings torch/triton.
     pins = {k: v for k, v in pinned_versions(lock).items() if k in ("torch", "triton")}

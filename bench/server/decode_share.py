@@ -45,7 +45,7 @@ from pathlib import Path
 
 from bench.server import bench_e2e, server_pool, trace_summary
 from bench.command import command_line
-from serving import serve_cmd, smoke
+from serving import smoke
 from serving.test_hooks import emulate_sm120
 
 SPARSE = "SGLANG_SM120_SPARSE_DECODE"
@@ -284,11 +284,9 @@ def main(argv=None) -> int:
         print("p1_share: expected --bundle DIR, --out DIR and --backends from triton,mma,torch, found "
               + (f"backends {bad}" if bad else "no --bundle" if not args.bundle else "no --out"), file=sys.stderr)
         return 2
-    rc, site = serve_cmd.bundle_gate(argparse.Namespace(bundle=args.bundle, python=None, tree="patched"), log=say)
+    rc, site = server_pool.gate_trees(args.bundle, ["patched"], args.out, say)
     if rc:
         return rc
-    args.out.mkdir(parents=True, exist_ok=True)
-    say(f"command: {command_line()}")
     model_dir = bench_e2e.generate_model(args.layers)
     servers = server_pool.build(variants(args, model_dir), site, sys.executable, args.out)
     with server_pool.sigterm_as_exit():

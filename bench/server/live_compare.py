@@ -52,7 +52,7 @@ from bench.server import bench_e2e
 from bench.server import logprob_compare as lc
 from bench.server import server_pool
 from bench.command import command_line
-from serving import serve_cmd, smoke
+from serving import smoke
 from serving.test_hooks import emulate_sm120, shadow_decode
 
 SPARSE = "SGLANG_SM120_SPARSE_DECODE"
@@ -299,13 +299,9 @@ def main(argv=None) -> int:
         print(f"live_compare: --batch: expected at most {GRAPH_MAX_BS} (the captured graphs), found {max(args.batch)}",
               file=sys.stderr)
         return 2
-    site = None
-    for tree in sorted({VARIANTS[v][0] for v in args.variants}):
-        rc, site = serve_cmd.bundle_gate(argparse.Namespace(bundle=args.bundle, python=None, tree=tree), log=say)
-        if rc:
-            return rc
-    args.out.mkdir(parents=True, exist_ok=True)
-    say(f"command: {command_line()}")
+    rc, site = server_pool.gate_trees(args.bundle, {VARIANTS[v][0] for v in args.variants}, args.out, say)
+    if rc:
+        return rc
     servers = server_pool.build(server_variants(args), site, sys.executable, args.out)
     with server_pool.sigterm_as_exit():
         return _run(servers, args)

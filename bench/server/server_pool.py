@@ -12,12 +12,14 @@ Two ways to run them:
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import signal
 import time
 from pathlib import Path
 
+from bench.command import command_line
 from serving import serve_cmd, smoke
 
 PORT_BASE = 30300
@@ -61,6 +63,20 @@ def free_ports(n: int, base: int | None = None) -> list[int]:
         if p > 55000:
             raise RuntimeError(f"expected {n} free ports from {base}, found {len(ports)}")
     return ports
+
+
+def gate_trees(bundle: Path, trees, out_dir: Path, say) -> tuple[int, Path | None]:
+    """The start every server bench shares: serve_cmd's gate on each bundle tree the variants run (a refusal: its
+    exit code, nothing else done), then out_dir made and the command line printed for the record.
+    Returns (0, the installed site) or (rc, None)."""
+    site = None
+    for tree in sorted(set(trees)):
+        rc, site = serve_cmd.bundle_gate(argparse.Namespace(bundle=bundle, python=None, tree=tree), log=say)
+        if rc:
+            return rc, None
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    say(f"command: {command_line()}")
+    return 0, site
 
 
 def build(variants: list[Variant], site_root: Path, python: str, out_dir: Path,

@@ -44,8 +44,7 @@ import time
 from pathlib import Path
 
 from bench.server import bench_e2e, server_pool
-from bench.command import command_line
-from serving import serve_cmd, smoke
+from serving import smoke
 from serving.test_hooks import emulate_sm120
 
 # The release's client entry points (0.5.14 is the line whose server runs on the GPU box; 0.5.23 moved the
@@ -310,13 +309,9 @@ def main(argv=None) -> int:
         print(f"upstream_e2e: --gsm8k: {problem}", file=sys.stderr)
         return 2
     trees = {"pinned" if v == "pinned" else "patched" for v in args.variants}
-    site = None
-    for tree in sorted(trees):
-        rc, site = serve_cmd.bundle_gate(argparse.Namespace(bundle=args.bundle, python=None, tree=tree), log=say)
-        if rc:
-            return rc
-    args.out.mkdir(parents=True, exist_ok=True)
-    say(f"command: {command_line()}")
+    rc, site = server_pool.gate_trees(args.bundle, trees, args.out, say)
+    if rc:
+        return rc
     model_dir = bench_e2e.generate_model(args.layers)
     servers = server_pool.build(variants(args, model_dir), site, sys.executable, args.out)
     say(f"versions: {json.dumps(bench_e2e.versions(servers[0].launch))}")

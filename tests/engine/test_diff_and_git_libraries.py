@@ -1,7 +1,7 @@
 """Why the engine reads diffs and drives git itself rather than through unidiff and GitPython (ARCHITECTURE.md,
 "The libraries it does not use"): for each, the case the library gets wrong for what the engine promises, beside
-the engine's own answer. The engine half always runs; the library half where the library is installed
-(`pip install unidiff GitPython`: not in the test venv, since nothing else needs them)."""
+the engine's own answer. Both halves run in the test venv (requirements-test.txt pins both libraries for this
+file alone); elsewhere the library half skips."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,8 +42,9 @@ def test_unidiff_misreads_them(what, block, names):
 
 def test_gitpython_drops_the_last_newline_of_what_git_prints(tmp_path):
     """The round trip (export, import: byte-identical files) needs git's output byte for byte; GitPython's
-    `repo.git.X()` strips the final newline of stdout by default, so a file read back through it loses its last
-    line ending. The engine's runner (patchkit/gitcmd.py) returns the bytes git printed."""
+    `repo.git.X()` strips the final newline of stdout unless the call opts out, so a file read back through a
+    call that forgets loses its last line ending. The engine's runner (patchkit/gitcmd.py) returns the bytes git
+    printed, always."""
     repo = gitcmd.init_repo(tmp_path / "repo")
     body = b"line\n\n"
     (repo / "f.txt").write_bytes(body)
@@ -51,5 +52,8 @@ def test_gitpython_drops_the_last_newline_of_what_git_prints(tmp_path):
     gitcmd.git(repo, "commit", "-qm", "f")
     assert gitcmd.git(repo, "show", "HEAD:f.txt", text=False).stdout == body
     gitpython = pytest.importorskip("git")
-    read = gitpython.Repo(repo).git.show("HEAD:f.txt")
-    assert read.encode() != body, "GitPython returns git's bytes now: adopt it"
+    wrapper = gitpython.Repo(repo).git
+    assert wrapper.show("HEAD:f.txt").encode() != body, "GitPython's default returns git's bytes now: revisit " \
+                                                       "ARCHITECTURE.md, 'The libraries it does not use'"
+    # what every call site would have to say instead
+    assert wrapper.show("HEAD:f.txt", stdout_as_string=False, strip_newline_in_stdout=False) == body

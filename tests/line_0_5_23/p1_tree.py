@@ -14,6 +14,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness.scoped import scoped
 from harness.upstream import import_from_tree, load_kernel, load_module, tree_package
 
 DISPATCHER = "sglang/kernels/ops/attention/flash_mla_sm120.py"
@@ -31,21 +32,9 @@ CUSTOM_OP = ("sglang/srt/utils/custom_op.py", "sglang/kernels/kernel_api_logging
 SLICE = (DISPATCHER, PER_HEAD, MMA, ENVIRON, *CUSTOM_OP)
 
 
-@contextmanager
 def _env(name: str, value: str | None):
     """name=value while inside (None: name unset), then as it was."""
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+    return scoped(os.environ, {name: value})
 
 
 def dispatcher(root: Path, backend: str | None) -> types.ModuleType:
@@ -72,18 +61,9 @@ def dispatcher(root: Path, backend: str | None) -> types.ModuleType:
 @contextmanager
 def with_kernels(module: types.ModuleType):
     """Around calls into a dispatcher(): its lazily imported kernel modules resolve to the tree's own."""
-    saved = {k: sys.modules.get(k) for k in (MMA_MODULE, PER_HEAD_MODULE)}
-    for name, mod in ((MMA_MODULE, module._test_mma), (PER_HEAD_MODULE, module._test_per_head)):
-        if mod is not None:
-            sys.modules[name] = mod
-    try:
+    kernels = {MMA_MODULE: module._test_mma, PER_HEAD_MODULE: module._test_per_head}
+    with scoped(sys.modules, {name: mod for name, mod in kernels.items() if mod is not None}):
         yield
-    finally:
-        for name, mod in saved.items():
-            if mod is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = mod
 
 
 def write_slice(root: Path, out: Path) -> list[str]:
@@ -102,10 +82,6 @@ def write_slice(root: Path, out: Path) -> list[str]:
     (out / "SLICE.sha256").write_text("\n".join(lines) + "\n")
     return lines
 
-
-if __name__ == "__main__":   # python -m tests.line_0_5_23.p1_tree slice TREE OUT
-    assert sys.argv[1:2] == ["slice"] and len(sys.argv) == 4, "usage: python -m tests.line_0_5_23.p1_tree slice TREE OUT"
-    print("\n".join(write_slice(Path(sys.argv[2]), Path(sys.argv[3]))))
 
 
 def kernel_num_heads(root: Path, backend: str | None, routes=None):
@@ -152,19 +128,9 @@ def _dispatcher_importable(module: types.ModuleType | None):
         yield
         return
     names = ["sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention"]
-    saved = {k: sys.modules.get(k) for k in (*names, DISPATCHER_MODULE)}
-    for name in names:
-        if name not in sys.modules:
-            sys.modules[name] = types.ModuleType(name)
-    sys.modules[DISPATCHER_MODULE] = module
-    try:
+    parents = {name: sys.modules.get(name) or types.ModuleType(name) for name in names}
+    with scoped(sys.modules, {**parents, DISPATCHER_MODULE: module}):
         yield
-    finally:
-        for name, mod in saved.items():
-            if mod is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = mod
 
 
 def dispatcher_constant(root: Path, name: str):
@@ -173,3 +139,8 @@ def dispatcher_constant(root: Path, name: str):
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
             return ast.literal_eval(node.value)
     raise KeyError(f"{DISPATCHER}: expected a module-level {name}, found none")
+
+
+if __name__ == "__main__":   # python -m tests.line_0_5_23.p1_tree slice TREE OUT
+    assert sys.argv[1:2] == ["slice"] and len(sys.argv) == 4, "usage: python -m tests.line_0_5_23.p1_tree slice TREE OUT"
+    print("\n".join(write_slice(Path(sys.argv[2]), Path(sys.argv[3]))))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from harness.scoped import scoped
 from harness.upstream import extract_functions, import_from_tree, tree_package
 
 INDEXER = "sglang/srt/layers/attention/dsv4/v41_indexer/__init__.py"
@@ -89,18 +90,10 @@ def indexer_factories(root: Path, calls: Calls, paged_sparse: bool = True):
                                              "make_full_topk_indexer", "make_candidate_indexer"], ns)
 
     def call(name, **kwargs):
-        saved = {k: sys.modules.get(k) for k in modules}
-        sys.modules.update(modules)
         for f in ("is_sm100_or_newer", "has_dense_fp4_indexer", "_use_deep_gemm_prefill"):
             ns[f].cache_clear()     # functools.cache: each call asks the capability it runs under
-        try:
+        with scoped(sys.modules, modules):
             return ns[name](**kwargs)
-        finally:
-            for k, m in saved.items():
-                if m is None:
-                    sys.modules.pop(k, None)
-                else:
-                    sys.modules[k] = m
     return call
 
 
@@ -155,17 +148,10 @@ def paged_indexer_metadata(root: Path, calls: Calls):
               and isinstance(n.targets[0], ast.Name) and n.targets[0].id.startswith("_")
               and n.targets[0].id not in ("_IS_SM120",) and isinstance(n.value, ast.Constant)]
     extract_functions(root / METADATA, consts + helpers + ["NonPagedIndexerPlan", "PagedIndexerMetadata"], ns)
-    saved = sys.modules.get("deep_gemm")
 
     def build(**kwargs):
-        sys.modules["deep_gemm"] = deep_gemm
-        try:
+        with scoped(sys.modules, {"deep_gemm": deep_gemm}):
             return ns["PagedIndexerMetadata"](**kwargs)
-        finally:
-            if saved is None:
-                sys.modules.pop("deep_gemm", None)
-            else:
-                sys.modules["deep_gemm"] = saved
     return build
 
 
@@ -200,17 +186,8 @@ def mix_stats(root: Path, calls: Calls, *, sm: str, rows: int, hidden: int, mult
     hc = types.SimpleNamespace(cfg=cfg, fn=torch.zeros(mult * (2 + mult), mult * hidden), scale=None, base=None,
                                tf32_parts=None, bf16_parts=None)
     x = torch.zeros(rows, mult, hidden, dtype=torch.bfloat16).as_subclass(_CudaLike)
-    saved = {k: sys.modules.get(k) for k in (kernels.__name__, invariant.__name__)}
-    sys.modules.update({kernels.__name__: kernels, invariant.__name__: invariant})
-    try:
-        with capability():
-            ns["_mix_stats_impl"](hc, x)
-    finally:
-        for k, m in saved.items():
-            if m is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = m
+    with scoped(sys.modules, {kernels.__name__: kernels, invariant.__name__: invariant}), capability():
+        ns["_mix_stats_impl"](hc, x)
 
 
 def sparse_attention_route(root: Path, calls: Calls, rows: int, heads: int = 64):
@@ -220,32 +197,19 @@ def sparse_attention_route(root: Path, calls: Calls, rows: int, heads: int = 64)
 
     from tests.line_0_5_23 import p1_tree
 
-    saved_env = os.environ.pop(p1_tree.SELECTOR, None)
-    try:
-        root = Path(root)
-        with tree_package(root, "sglang"):
-            sys.modules["sglang.srt.environ"] = import_from_tree(root, "sglang.srt.environ")
-            sys.modules["sglang.srt.utils"] = types.SimpleNamespace(is_hip=lambda: False)
-            module = p1_tree.load_module(root / p1_tree.DISPATCHER)
-    finally:
-        if saved_env is not None:
-            os.environ[p1_tree.SELECTOR] = saved_env
+    root = Path(root)
+    with scoped(os.environ, {p1_tree.SELECTOR: None}), tree_package(root, "sglang"):
+        sys.modules["sglang.srt.environ"] = import_from_tree(root, "sglang.srt.environ")
+        sys.modules["sglang.srt.utils"] = types.SimpleNamespace(is_hip=lambda: False)
+        module = p1_tree.load_module(root / p1_tree.DISPATCHER)
     out = (torch.empty(rows, 1, heads, 512, device="meta"), torch.empty(rows, heads, 1, device="meta"))
     module._flash_mla_sm120_prefill = calls.stub("flashinfer prefill", out)
     module._flash_mla_flashinfer = calls.stub("flashinfer decode", out)
     module._sm120_sparse_decode_fwd = calls.stub("torch reference", out)
     stubs = {p1_tree.MMA_MODULE: types.SimpleNamespace(flash_mla_sparse_decode_mma=calls.stub("the set's MMA kernel", out)),
              p1_tree.PER_HEAD_MODULE: types.SimpleNamespace(flash_mla_sparse_decode_triton=calls.stub("per-head Triton", out))}
-    saved = {k: sys.modules.get(k) for k in stubs}
-    sys.modules.update(stubs)
-    try:
+    with scoped(sys.modules, stubs):
         module.flash_mla_with_kvcache_sm120(
             q=torch.empty(rows, 1, heads, 512, device="meta"), k_cache=None, indices=None, head_dim_v=512,
             softmax_scale=512 ** -0.5)
-    finally:
-        for k, m in saved.items():
-            if m is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = m
     return calls[-1][0]

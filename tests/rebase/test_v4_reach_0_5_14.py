@@ -9,11 +9,11 @@ import os
 import sys
 import types
 import typing
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from harness.scoped import scoped
 from harness.upstream import extract_functions, import_from_tree, load_module, tree_package
 from patchkit.rebase.reach import load_models, load_partly
 from serving.serve_cmd import OVERLAY_ENV
@@ -28,20 +28,9 @@ SERVE = {k: v for k, v in OVERLAY_ENV.items()}
 ROW = ("DeepSeek-V4-Flash", "decode at TP 8 (8 heads a rank), B 1-64")
 
 
-@contextmanager
 def _env(values: dict):
-    saved = {k: os.environ.get(k) for k in (*values, *SERVE, "SGLANG_SM120_TRITON_FLASHMLA")}
-    for k in saved:
-        os.environ.pop(k, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """Exactly `values` of the serving flags (and the release's own selector) set while inside."""
+    return scoped(os.environ, {**{k: None for k in (*SERVE, "SGLANG_SM120_TRITON_FLASHMLA")}, **values})
 
 
 def _dispatcher(root: Path, env: dict):
@@ -56,17 +45,9 @@ def _route(module, rows: int) -> str:
     stubs = {name: types.SimpleNamespace(**{fn: lambda *a, fn=fn, **k: called.append(fn) or out})
              for name, fn in KERNELS.items()}
     module._sm120_sparse_decode_fwd = lambda *a, **k: called.append("torch reference") or out
-    saved = {k: sys.modules.get(k) for k in stubs}
-    sys.modules.update(stubs)
-    try:
+    with scoped(sys.modules, stubs):
         module.flash_mla_with_kvcache_sm120(q=torch.empty(rows, 1, 64, 512, device="meta"), k_cache=None,
                                             indices=None, head_dim_v=512, softmax_scale=512 ** -0.5)
-    finally:
-        for k, m in saved.items():
-            if m is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = m
     return called[-1]
 
 

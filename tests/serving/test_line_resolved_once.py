@@ -29,7 +29,10 @@ def reads(monkeypatch):
     return seen
 
 
-def test_bundle_build_reads_its_line_once(tmp_path, monkeypatch, reads):
+@pytest.mark.parametrize("line_args", [["--line", "0.5.14"], []], ids=["--line", "the closure's line"])
+def test_bundle_build_reads_its_line_once(tmp_path, monkeypatch, reads, line_args):
+    """With --line, and without: then build finds the line whose runtime is the closure's (0.5.14's torch 2.11 /
+    triton 3.6) from the same one reading, not one reading per line and another for the engine."""
     handed = {}
     monkeypatch.setattr(Engine, "pristine", lambda self, name, log=None: SimpleNamespace(wheel=tmp_path / f"{name}.whl"))
     monkeypatch.setattr(bundle, "pip_download", lambda *a, **k: None)
@@ -41,7 +44,7 @@ def test_bundle_build_reads_its_line_once(tmp_path, monkeypatch, reads):
 
     monkeypatch.setattr(bundle, "assemble", assemble)
     with pytest.raises(Stop):
-        bundle.main(["build", "--line", "0.5.14", "--out", str(tmp_path / "bundle")])
+        bundle.main(["build", *line_args, "--out", str(tmp_path / "bundle")])
     assert [p.name for p in reads] == ["pin.lock"]
     assert handed["lock"].line == "0.5.14"   # the manifest's line is the one build read, not a second reading
 
