@@ -26,7 +26,13 @@ def trees(request, tmp_path_factory):
     first = tmp_path_factory.mktemp("p1-triton-only")
     T.write_slice(whole, first)
     (first / T.MMA).write_text(triton_only())
-    return {"whole": T.dispatcher(whole, "mma"), "first": T.dispatcher(first, "mma")}
+    trees = {"whole": T.dispatcher(whole, "mma"), "first": T.dispatcher(first, "mma")}
+    for module in trees.values():
+        # The torch op is registered once per process, by the first module that loads (an earlier test file's,
+        # or the other tree's): through it, both files would run that module's code. Each file's entry calls
+        # its own implementation instead, which is what this test compares.
+        module._test_mma._mma_sparse_decode_op = module._test_mma.mma_sparse_decode
+    return trees
 
 
 class _LaunchSpy:
@@ -42,15 +48,22 @@ class _LaunchSpy:
 def test_the_triton_only_kernel_matches_float64_and_the_whole_file(trees, B, H, monkeypatch):
     case = make_case(B, H, 128, extra_topk=512, seed=B * 7 + H, device="cuda", num_pages=max(8, B // 2))
     ref, _ = reference_f64(case)
+    first_kernel, whole_kernel = trees["first"]._test_mma, trees["whole"]._test_mma
+    spies = {}
+    for name, module, kernel in (("first triton", first_kernel, "_mma_sparse_decode_kernel"),
+                                 ("whole triton", whole_kernel, "_mma_sparse_decode_kernel"),
+                                 ("whole gluon", whole_kernel, "_gluon_sparse_decode_kernel")):
+        spies[name] = _LaunchSpy(getattr(module, kernel))
+        monkeypatch.setattr(module, kernel, spies[name])
     first, _ = call(trees["first"], case)
-    whole_kernel = trees["whole"]._test_mma
-    spy = _LaunchSpy(whole_kernel._gluon_sparse_decode_kernel)
-    monkeypatch.setattr(whole_kernel, "_gluon_sparse_decode_kernel", spy)
     whole, _ = call(trees["whole"], case)
     torch.cuda.synchronize()
     gluon_shape = H <= 16 and B >= 16 and whole_kernel.gluon_builds()
-    print(f"B={B} H={H}: triton-only vs float64 {rel_err(first, ref):.2e}, whole ({'gluon' if spy.grids else 'triton'}) "
-          f"vs float64 {rel_err(whole, ref):.2e}")
-    assert len(spy.grids) == (1 if gluon_shape else 0)
+    print(f"B={B} H={H}: triton-only vs float64 {rel_err(first, ref):.2e}, "
+          f"whole ({'gluon' if spies['whole gluon'].grids else 'triton'}) vs float64 {rel_err(whole, ref):.2e}")
+    # each file ran its own kernel: the Triton-only file its Triton kernel, the whole file Gluon at Gluon's shapes
+    assert len(spies["first triton"].grids) == 1
+    assert len(spies["whole gluon"].grids) == (1 if gluon_shape else 0)
+    assert len(spies["whole triton"].grids) == (0 if gluon_shape else 1)
     assert not hasattr(trees["first"]._test_mma, "_gluon_sparse_decode_kernel")
     assert rel_err(first, ref) < REL_TOL and rel_err(whole, ref) < REL_TOL
