@@ -58,6 +58,16 @@ def dispatcher(root: Path, backend: str | None) -> types.ModuleType:
     return module
 
 
+def run_own_code(module: types.ModuleType) -> None:
+    """Make a dispatcher()'s MMA module run its own implementation when called. Its entry calls the torch op
+    sglang::sm120_mma_sparse_decode, registered once per process by the first module that loads it
+    (harness.upstream.release_custom_op): through the op, a later copy (another tree's file, the PR stack's
+    Triton-only file) would run the first one's code."""
+    mma = module._test_mma
+    if mma is not None:
+        mma._mma_sparse_decode_op = mma.mma_sparse_decode
+
+
 @contextmanager
 def with_kernels(module: types.ModuleType):
     """Around calls into a dispatcher(): its lazily imported kernel modules resolve to the tree's own."""

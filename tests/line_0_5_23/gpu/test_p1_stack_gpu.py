@@ -28,10 +28,7 @@ def trees(request, tmp_path_factory):
     (first / T.MMA).write_text(triton_only())
     trees = {"whole": T.dispatcher(whole, "mma"), "first": T.dispatcher(first, "mma")}
     for module in trees.values():
-        # The torch op is registered once per process, by the first module that loads (an earlier test file's,
-        # or the other tree's): through it, both files would run that module's code. Each file's entry calls
-        # its own implementation instead, which is what this test compares.
-        module._test_mma._mma_sparse_decode_op = module._test_mma.mma_sparse_decode
+        T.run_own_code(module)   # else both files run the code of whichever module registered the op first
     return trees
 
 
