@@ -81,6 +81,9 @@ def cmd_status(engine, args) -> int:
     print(f"patch set: {ident.label}")          # first: the summary stays the last line
     print(f"line: {engine.lock.line}; the target carries {attestation.carried_line(target)}")
     print(attestation.describe(target, ident))
+    stale = engine.stale_attestation(target, "apply")
+    if stale:                                   # the way out apply and revert give, here too
+        print(stale)
     print(format_state(state))
     return 0 if state.summary in (APPLIED, PRISTINE) else 1
 

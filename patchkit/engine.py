@@ -225,6 +225,33 @@ class Engine:
                 return line
         return None
 
+    def stale_attestation(self, path: Path, op: str) -> str | None:
+        """Where the tree's attestation pins other releases than the tree now holds (a newer release installed
+        over an applied tree): one line naming the file and the command that resets it, then `op` on the line
+        that fits; else None. apply and revert refuse with it, status prints it."""
+        target = Target(Path(path))
+        try:
+            data = attestation.read(target.path)
+        except PatchkitError:
+            return None
+        if data is None:
+            return None
+        installed = self._installed(target)
+        holds = ", ".join(f"{self.lock.upstream(n).package} {v}" for n, v in installed.items()) or "it"
+        try:
+            attested = self.lock if data["line"] == self.lock.line else load_lock(self.lock.path, data["line"])
+        except PatchkitError:
+            return None
+        if not any(n in attested.upstreams and attested.upstreams[n].version != v for n, v in installed.items()):
+            return None
+        manifest = target.path / attestation.MANIFEST
+        line = self._line_holding(installed)
+        then = f"{op} --line {line}" if line else op
+        return (f"target {target.path}: expected the releases its attestation {manifest} names "
+                f"(line {data['line']}: {', '.join(data['applied_to']) or 'none'}), found {holds} "
+                f"installed over them since; that attestation describes nothing here any more: "
+                f"reset it with `rm {shlex.quote(str(manifest))}`, then run {then}")
+
     def _refuse_other_line(self, target: Target, op: str) -> None:
         """A tree whose attestation names another line carries that line's set: only that line may touch it.
         An attestation whose line pins other releases than the tree now holds (a newer release installed over
@@ -236,22 +263,10 @@ class Engine:
             return          # a malformed manifest is status's to report; the hashes still guard every write
         if data is None:
             return
-        installed = self._installed(target)
-        holds = ", ".join(f"{self.lock.upstream(n).package} {v}" for n, v in installed.items()) or "it"
-        try:
-            attested = self.lock if data["line"] == self.lock.line else load_lock(self.lock.path, data["line"])
-        except PatchkitError:
-            attested = None     # a line pin.lock no longer names: refused below as another line's
-        stale = attested is not None and any(n in attested.upstreams and attested.upstreams[n].version != v
-                                             for n, v in installed.items())
+        stale = self.stale_attestation(target.path, op)
         if stale:
-            manifest = target.path / attestation.MANIFEST
-            line = self._line_holding(installed)
-            then = f"{op} --line {line}" if line else op
-            raise PatchkitError(f"target {target.path}: expected the releases its attestation {manifest} names "
-                                f"(line {data['line']}: {', '.join(data['applied_to']) or 'none'}), found {holds} "
-                                f"installed over them since; that attestation describes nothing here any more: "
-                                f"reset it with `rm {shlex.quote(str(manifest))}`, then run {then}; nothing written")
+            raise PatchkitError(f"{stale}; nothing written")
+        holds = ", ".join(f"{self.lock.upstream(n).package} {v}" for n, v in self._installed(target).items()) or "it"
         if data["line"] != self.lock.line:
             raise PatchkitError(f"target {target.path}: expected line {self.lock.line}, found line {data['line']}'s "
                                 f"patch set on {holds}: {op} it with --line {data['line']}; nothing written")

@@ -10,7 +10,8 @@ Points: write, rollback (transaction.py), tmp (between a temp file's write and i
 (pristine.py, per file), backup, restore (backup.py), replay, refresh (rebase.py), fetched (fetch.py: a
 cached wheel verified and open, before it is read), downloaded (fetch.py: pip has saved a wheel into its
 download folder, nothing verified or cached yet), pr-body (export-pr: a PR body between its temp file and
-its rename).
+its rename), pin-lock (rebase: pin.lock between its temp file and its rename), state (the rebase state
+file), backup-manifest (the rebase backup's manifest).
 """
 from __future__ import annotations
 
@@ -23,15 +24,24 @@ from . import PatchkitError
 
 VARIABLE = "PATCHKIT_TEST_FAULT"
 KINDS = ("kill", "raise", "enospc", "pause")
+# Every point the code passes through (tests/faults/test_faults_tracebacks.py holds this list to the code): a
+# name not here never fires, so a misspelled one would make a recovery test pass without its fault.
+POINTS = ("write", "rollback", "tmp", "unpack", "backup", "backup-manifest", "restore", "replay", "refresh",
+          "fetched", "downloaded", "pr-body", "pin-lock", "state")
 _ITEM = re.compile(r"(?:([A-Za-z][A-Za-z0-9_-]*):)?(" + "|".join(KINDS) + r"):(\d+)")
 
 
 def problem() -> str | None:
     """What is wrong with PATCHKIT_TEST_FAULT, in one line (None when it is unset or well formed)."""
     for item in os.environ.get(VARIABLE, "").split(","):
-        if item and not _ITEM.fullmatch(item):
+        if not item:
+            continue
+        m = _ITEM.fullmatch(item)
+        if not m:
             return (f"{VARIABLE}: expected a comma-separated list of [POINT:]KIND:N with KIND one of "
                     f"{', '.join(KINDS)} and N a count, found {item!r}")
+        if m.group(1) and m.group(1) not in POINTS:
+            return f"{VARIABLE}: expected a POINT of {', '.join(POINTS)}, found {m.group(1)!r} in {item!r}"
     return None
 
 

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from tests.conftest import REPO
 from tests.engine_fixtures import snapshot
 from tests.fault_fixtures import PACKAGE, cli, data_snapshot, demo_repo, demo_target, one_line_error
 
@@ -103,7 +104,7 @@ def test_class5_journal_json_shape_is_unchanged_by_the_owner(tmp_path):
     assert journal["op"] == "apply" and journal["files"] and set(journal["files"][0]) == {"path", "before", "after"}
 
 
-@pytest.mark.parametrize("spec", ["garbage", "write:boom:1", "kill:x", "apply:kill:1:2"])
+@pytest.mark.parametrize("spec", ["garbage", "write:boom:1", "kill:x", "apply:kill:1:2", "wrtie:kill:1"])
 def test_a_malformed_fault_variable_is_one_line_and_exit_2_before_anything_is_written(tmp_path, spec):
     """PATCHKIT_TEST_FAULT=garbage ended in a traceback (IndexError) from the first fault point reached."""
     repo, env = demo_repo(tmp_path / "r")
@@ -147,3 +148,23 @@ def test_every_json_read_of_patchkit_goes_through_the_bounded_reader():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"):
                 calls.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert calls == [], calls
+
+
+def test_the_fault_points_are_exactly_those_the_code_passes_through():
+    """faults.POINTS, which a misspelled PATCHKIT_TEST_FAULT point is refused against, names every point a
+    faults.point(...) call or an atomic_write(fault=...) of patchkit passes, and nothing else."""
+    import ast
+
+    from patchkit import faults
+
+    used = set()
+    for path in (REPO / "patchkit").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name == "point" and node.args and isinstance(node.args[0], ast.Constant):
+                used.add(node.args[0].value)
+            used |= {k.value.value for k in node.keywords if k.arg == "fault" and isinstance(k.value, ast.Constant)}
+    assert used and sorted(used) == sorted(faults.POINTS)

@@ -51,6 +51,11 @@ def test_a_release_installed_over_an_attested_tree_names_the_attestation_and_the
         assert "on demo 1.0" not in said, (args, said)        # the releases the tree holds, not those recorded
         assert f"rm {manifest}" in said and "--line 1.1" in said, (args, said)
         assert snapshot(site) == before
+    # status names the same way out (it used to say only "NOT this patch set")
+    for line_args in ([], ["--line", "1.0"]):
+        status = cli(repo, "status", *line_args, "--target", str(site), env=env)
+        assert f"rm {manifest}" in status.stdout and "--line 1.1" in status.stdout, (line_args, status.stdout)
+    assert snapshot(site) == before
     # the way out the message gives works
     os.unlink(manifest)
     proc = cli(repo, "apply", "--line", "1.1", "--target", str(site), env=env)
