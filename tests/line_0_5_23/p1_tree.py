@@ -58,6 +58,17 @@ def dispatcher(root: Path, backend: str | None) -> types.ModuleType:
     return module
 
 
+class LaunchSpy:
+    """Stands in for a kernel of a loaded module: records each launch grid, then launches the kernel."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
 def run_own_code(module: types.ModuleType) -> None:
     """Make a dispatcher()'s MMA module run its own implementation when called. Its entry calls the torch op
     sglang::sm120_mma_sparse_decode, registered once per process by the first module that loads it

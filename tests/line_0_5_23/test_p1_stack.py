@@ -164,33 +164,22 @@ def test_the_triton_only_kernel_through_the_dispatcher_matches_float64(patched_r
     assert rel_err(out.float(), ref) < 2.0 ** -7
 
 
-class _Launches:
-    """Stands in for a module's Triton kernel: records the module's name at each launch, then launches."""
-
-    def __init__(self, kernel, name, log):
-        self.kernel, self.name, self.log = kernel, name, log
-
-    def __getitem__(self, grid):
-        self.log.append(self.name)
-        return self.kernel[grid]
-
-
 def test_two_copies_of_the_kernel_in_one_process_each_run_their_own_code(patched_root, tmp_path):
     """The whole file and the first PR's file loaded side by side (as the PR stack's tests do): with run_own_code
     each call launches its own module's kernel, not that of whichever module registered the torch op first."""
     trees = {"whole": T.dispatcher(patched_root, "mma"), "first": T.dispatcher(_triton_only_tree(patched_root, tmp_path), "mma")}
-    launched = []
+    spies = {}
     for name, module in trees.items():
         T.run_own_code(module)
         mma = module._test_mma
-        mma._mma_sparse_decode_kernel = _Launches(mma._mma_sparse_decode_kernel, name, launched)
+        spies[name] = mma._mma_sparse_decode_kernel = T.LaunchSpy(mma._mma_sparse_decode_kernel)
     case = make_case(B=2, H=8, topk=16, extra_topk=0, page_size=64, num_pages=2, seed=1)
     kw = case.kwargs()
     kw["extra_indices_in_kvcache"] = kw.pop("extra_indices")
     for name in ("first", "whole"):
         with T.with_kernels(trees[name]):
             trees[name].flash_mla_with_kvcache_sm120(**kw)
-    assert launched == ["first", "whole"]
+    assert {name: len(spy.grids) for name, spy in spies.items()} == {"whole": 1, "first": 1}
 
 
 def test_the_first_prs_unittest_needs_no_gluon_and_the_follow_ups_tests_it():

@@ -32,15 +32,6 @@ def trees(request, tmp_path_factory):
     return trees
 
 
-class _LaunchSpy:
-    def __init__(self, kernel):
-        self.kernel, self.grids = kernel, []
-
-    def __getitem__(self, grid):
-        self.grids.append(grid)
-        return self.kernel[grid]
-
-
 @pytest.mark.parametrize("B,H", SHAPES, ids=[f"h{h}-b{b}" for b, h in SHAPES])
 def test_the_triton_only_kernel_matches_float64_and_the_whole_file(trees, B, H, monkeypatch):
     case = make_case(B, H, 128, extra_topk=512, seed=B * 7 + H, device="cuda", num_pages=max(8, B // 2))
@@ -50,7 +41,7 @@ def test_the_triton_only_kernel_matches_float64_and_the_whole_file(trees, B, H, 
     for name, module, kernel in (("first triton", first_kernel, "_mma_sparse_decode_kernel"),
                                  ("whole triton", whole_kernel, "_mma_sparse_decode_kernel"),
                                  ("whole gluon", whole_kernel, "_gluon_sparse_decode_kernel")):
-        spies[name] = _LaunchSpy(getattr(module, kernel))
+        spies[name] = T.LaunchSpy(getattr(module, kernel))
         monkeypatch.setattr(module, kernel, spies[name])
     first, _ = call(trees["first"], case)
     whole, _ = call(trees["whole"], case)
