@@ -88,7 +88,7 @@ def _texts(keep) -> dict[str, str]:
     return out
 
 
-def test_no_file_words_how_the_test_machine_is_lent():
+def test_no_file_words_how_its_own_gpu_machine_is_reached():
     found = lending_words(_texts(lambda f: not raw_output(f)))
     assert not found, (f"expected the project to speak of an air-gapped GPU machine, found {len(found)} words of "
                        "how its own test machine is reached:\n" + "\n".join(found[:40]))
