@@ -53,22 +53,34 @@ def installed_runtime() -> tuple[str | None, str | None]:
     return out[0], out[1]
 
 
-def _differs(repo: Path) -> dict[frozenset, str]:
+def _differs(repo: Path) -> list[dict[str, str]]:
+    """The [[differs]] entries of overlay/copies.toml, each checked to hold a, b and reason."""
     path = Path(repo) / COPIES
     raw = fsio.read_regular(path, "the overlay copies file")
     if raw is None:
-        return {}
+        return []
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PatchkitError(f"{path}: not valid TOML ({exc})") from None
-    out = {}
+    out = []
     for i, entry in enumerate(data.get("differs", [])):
         if not (isinstance(entry, dict) and set(entry) == {"a", "b", "reason"}
                 and all(isinstance(v, str) and v.strip() for v in entry.values())):
             raise PatchkitError(f"{path}: [[differs]] #{i + 1}: expected a, b and reason (non-empty strings), "
                                 f"found {sorted(entry) if isinstance(entry, dict) else entry!r}")
-        out[frozenset((entry["a"], entry["b"]))] = entry["reason"]
+        out.append(entry)
+    return out
+
+
+def _stale_differs(repo: Path, entries: list[dict[str, str]]) -> list[str]:
+    """A reason kept for a file that no longer exists would excuse a later file of that name unseen: refused."""
+    out = []
+    for i, entry in enumerate(entries):
+        missing = [p for p in (entry["a"], entry["b"]) if fsio.kind_of(Path(repo) / p) != "a regular file"]
+        if missing:
+            out.append(f"{COPIES}: [[differs]] #{i + 1}: expected a and b to name files of the checkout, found no "
+                       f"file {', '.join(missing)} (remove the entry or correct its path)")
     return out
 
 
@@ -88,11 +100,12 @@ def _files(top: Path) -> list[str]:
 
 def copies_problems(repo: Path, lines: list[str]) -> list[str]:
     """One message per pair of same-path or same-name files of two lines, overlay files or one upstream's
-    upstream tests, that differ without a reason."""
+    upstream tests, that differ without a reason, and per [[differs]] entry naming a file that does not exist."""
     repo = Path(repo)
     roots = {line: _copy_roots(repo, line) for line in lines}
-    reasons = _differs(repo)
-    out = []
+    entries = _differs(repo)
+    reasons = {frozenset((e["a"], e["b"])) for e in entries}
+    out = _stale_differs(repo, entries)
     for la, lb in combinations(lines, 2):
         for kind in sorted(set(roots[la]) & set(roots[lb])):
             top_a, top_b = roots[la][kind], roots[lb][kind]

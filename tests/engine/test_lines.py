@@ -170,3 +170,21 @@ def test_the_upstream_tests_of_one_upstream_are_copies_across_lines_too(tmp_path
         '[[differs]]\na = "patches/0.5.14/sglang/upstream-tests/test_k.py"\n'
         'b = "patches/0.5.23/sglang/upstream-tests/test_k.py"\nreason = "the module moved"\n')
     assert copies_problems(tmp_path, ["0.5.14", "0.5.23"]) == []
+
+
+def test_a_differs_entry_naming_a_missing_file_is_refused(tmp_path):
+    """A [[differs]] reason for a file no line carries any more is a stale entry: check names it (red before: the
+    entry was accepted, and copies.toml kept a reason for patches/0.5.23/.../test_mhc_pre_triton.py after P3 retired)."""
+    for line in ("0.5.14", "0.5.23"):
+        (tmp_path / "overlay" / line / "pkg").mkdir(parents=True)
+        (tmp_path / "overlay" / line / "pkg" / "k.py").write_text(line)
+    (tmp_path / "overlay" / "copies.toml").write_text(
+        '[[differs]]\na = "overlay/0.5.14/pkg/k.py"\nb = "overlay/0.5.23/pkg/k.py"\nreason = "they differ"\n'
+        '[[differs]]\na = "overlay/0.5.14/pkg/gone.py"\nb = "overlay/0.5.23/pkg/k.py"\nreason = "stale"\n')
+    assert copies_problems(tmp_path, ["0.5.14", "0.5.23"]) == [
+        "overlay/copies.toml: [[differs]] #2: expected a and b to name files of the checkout, found no file "
+        "overlay/0.5.14/pkg/gone.py (remove the entry or correct its path)"]
+
+
+def test_every_differs_entry_of_this_checkout_names_files_that_exist():
+    assert [p for p in copies_problems(REPO, lock_lines(REPO / "pin.lock")) if "[[differs]]" in p] == []
