@@ -80,7 +80,7 @@ SITE_PACKAGES = -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 	$(VPY) $(SITE_PACKAGES) > "$$($(@D)/bin/python $(SITE_PACKAGES))/test-venv.pth"
 	touch $@
 
-# LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)
+# LINE=NAME runs that line's own tests, tests/line_NAME (dots as _); without LINE, all of tests/ (every line's)
 TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
 # TEST_WORKERS: pytest-xdist processes; each takes whole test files, so a file's module fixtures (unpacked trees,
 # AOT compiles, upstream checkouts) are built once. 2 fits the CI machine's two cores.
@@ -95,11 +95,12 @@ test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
 test-gpu:
 	$(PYTHON) -m pytest -q -rA $(PYTEST_ARGS) tests/gpu tests/kernels/test_flashinfer_compile.py
 
-# Every kernel benchmark (bench/kernels/bench_*.py) in turn, as a module of the checkout (python -m
-# bench.kernels.NAME); each prints its command, machine, versions and a table.
+# Every kernel benchmark (bench/kernels/bench_*.py) in turn on the LINE (default: the newest), as a module of the
+# checkout (python -m bench.kernels.NAME --line LINE); each prints its command, machine, versions and a table. A bench
+# whose patch the line retired says why in one line and exits 3 (harness/line_files.py): the loop goes on.
 BENCH_MODULES := $(subst /,.,$(patsubst %.py,%,$(wildcard bench/kernels/bench_*.py)))
 bench:
-	@set -e; for m in $(BENCH_MODULES); do echo "== $$m"; $(PYTHON) -m $$m; done
+	@set -e; for m in $(BENCH_MODULES); do echo "== $$m"; $(PYTHON) -m $$m $(LINE_ARG) || [ $$? -eq 3 ]; done
 
 carry:
 	$(PYTHON) apply.py fetch $(LINE_ARG) --into .carry/artifacts
@@ -219,5 +220,5 @@ carry-peers: $(VENV)/.installed
 SLICE_LINE = $(or $(LINE),$(shell $(PYTHON) -c "from patchkit.lockfile import load_lock; print(load_lock('pin.lock').line)"))
 carry-slice: $(VENV)/.installed
 	rm -rf build/slice-$(SLICE_LINE) build/carry-slice-$(SLICE_LINE)
-	PATCHKIT_LINE=$(SLICE_LINE) $(VPY) -m bench.airgapped.tree_slice build/slice-$(SLICE_LINE)
+	$(VPY) -m bench.airgapped.tree_slice build/slice-$(SLICE_LINE) --line $(SLICE_LINE)
 	$(VPY) -m bench.airgapped.carry pack-dir build/slice-$(SLICE_LINE) --keep pristine,patched --out build/carry-slice-$(SLICE_LINE)

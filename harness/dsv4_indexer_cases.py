@@ -303,9 +303,11 @@ class KVBytesRead(TorchDispatchMode):
 
 # --------------------------------------------------------------------------- trees for the benches
 
-def upstream_trees(pristine: str | None = None, patched: str | None = None) -> tuple[Path, Path]:
-    """(pristine, patched) roots: the given directories, else built like tests/conftest.py does
-    (pinned wheels from the patchkit cache, PATCHKIT_CACHE honoured; series applied by the engine)."""
+def upstream_trees(pristine: str | None = None, patched: str | None = None, line: str | None = None
+                   ) -> tuple[Path, Path]:
+    """(pristine, patched) roots: the given directories, else built like tests/conftest.py does for `line` (None:
+    the newest, or PATCHKIT_LINE; pinned wheels from the patchkit cache, PATCHKIT_CACHE honoured; series applied
+    by the engine)."""
     if pristine and patched:
         return Path(pristine), Path(patched)
     import shutil
@@ -317,12 +319,12 @@ def upstream_trees(pristine: str | None = None, patched: str | None = None) -> t
     from patchkit.lockfile import load_lock
     from patchkit.pristine import Pristine
 
-    lock = load_lock(repo / "pin.lock")
+    lock = load_lock(repo / "pin.lock", line)
     base = Path(tempfile.mkdtemp(prefix="dsv4-trees-"))
     pristine_root, patched_root = base / "pristine", base / "patched"
     pristine_root.mkdir()
     for name, up in lock.upstreams.items():
         Pristine(fetch(up, log=lambda *_: None)).unpack(pristine_root, root=up.root)
     shutil.copytree(pristine_root, patched_root)
-    Engine.from_repo(repo).apply(patched_root, log=lambda *_: None)
+    Engine.for_lock(repo, lock).apply(patched_root, log=lambda *_: None)
     return pristine_root, patched_root

@@ -1,8 +1,8 @@
 """`prebuild-jit`: compile SGLang's jit_kernel modules here, so the GPU machine's first server start does not.
 
-sglang 0.5.14 builds its jit_kernel modules with nvcc through tvm-ffi on first use; the Marlin MoE module alone
-takes minutes and looks like a hang inside CUDA-graph capture. sglang.jit_kernel.utils.load_jit keys the cache
-by content, not location: the directory is
+An sglang that has sglang/jit_kernel (the lines serving/jit_modules.json lists) builds those modules with nvcc
+through tvm-ffi on first use; the Marlin MoE module alone takes minutes and looks like a hang inside CUDA-graph
+capture. sglang.jit_kernel.utils.load_jit keys the cache by content, not location: the directory is
 
     $TVM_FFI_CACHE_DIR/sgl_kernel_jit_<args>_<sha256 of the sources, paths relative to jit_kernel/>
                       __arch_<major.minor>__tvmffi_<tvm-ffi version>/<module>.so
@@ -32,20 +32,11 @@ from .bundle_closure import REQUIREMENTS, read_requirements
 
 WORK = REPO / "build" / "jit-prebuild"
 
-# The modules the DeepSeek-V4 server's sm_120 branches build on first use whose template arguments do not depend
-# on the model's shapes: (python module, builder function, argument expressions). Marlin MXFP4 MoE (its GEMM,
-# the weight repack at load, the activation between the GEMMs) is the one that costs minutes. Modules with shape
-# arguments compile on first use there, ~10-20 s each.
-JIT_MODULES = {"0.5.14": [
-    ("sglang.jit_kernel.moe_wna16_marlin", "_jit_moe_wna16_marlin_module", ["torch.bfloat16"]),
-    ("sglang.jit_kernel.gptq_marlin_repack", "_jit_gptq_marlin_repack_module", []),
-    ("sglang.jit_kernel.activation", "_jit_activation_module", ["torch.bfloat16"]),
-    ("sglang.jit_kernel.dsv4.attn", "_jit_metadata_module", []),
-    ("sglang.jit_kernel.dsv4.moe", "_jit_mask_topk_module", []),
-    ("sglang.jit_kernel.dsv4.moe", "_jit_hash_topk_module", []),
-    ("sglang.jit_kernel.dsv4.compress", "_jit_compress_plan_module", []),
-    ("sglang.jit_kernel.dsv4.elementwise", "_jit_fused_rope_module", []),
-]}
+# Per release line (data: serving/jit_modules.json), the modules the DeepSeek-V4 server's sm_120 branches build on
+# first use whose template arguments do not depend on the model's shapes: (python module, builder function,
+# argument expressions). Marlin MXFP4 MoE (its GEMM, the weight repack at load, the activation between the GEMMs)
+# is the one that costs minutes. Modules with shape arguments compile on first use there, ~10-20 s each.
+JIT_MODULES = json.loads((Path(__file__).parent / "jit_modules.json").read_text())   # {line: [[module, builder, args]]}
 # Lines not listed have no such modules to prebuild for this project's bundle (0.5.23 has no sglang/jit_kernel).
 # sglang/jit_kernel/dsv4/__init__.py imports dsv4/gemm.py, which imports sglang.srt.layers.deep_gemm_wrapper and
 # with it the model stack (down to transformers' torchvision image utils) that this CPU process cannot load. The

@@ -1,6 +1,6 @@
 """The few files of a line's pinned SGLang wheel that loading an overlay kernel module needs, as a folder.
 
-    python3 -m bench.airgapped.release_slice --line 0.5.14 --out build/release-slice-0.5.14
+    python3 -m bench.airgapped.release_slice [--line NAME] [--out DIR]   # default: the newest line, build/release-slice-LINE
 
 An overlay kernel module registers its torch op with the release's own `register_custom_op`
 (harness.upstream.release_custom_op): custom_op.py, the kernel_api_logging it imports and common.py. Loaded from
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from harness.upstream import COMMON, CUSTOM_OP, _logging_module, _release_reader
-
-REPO = Path(__file__).resolve().parents[2]
+from patchkit.lockfile import load_lock
+from serving import REPO
 
 
 def write_slice(line: str, out: Path) -> list[str]:
@@ -33,12 +33,13 @@ def write_slice(line: str, out: Path) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--line", default="0.5.14", help="the release line of pin.lock (default: %(default)s)")
+    ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--out", type=Path, help="default: build/release-slice-LINE")
     args = ap.parse_args(argv)
-    out = args.out or REPO / "build" / f"release-slice-{args.line}"
-    files = write_slice(args.line, out)
-    print(f"{out}: {', '.join(files)} of the pinned sglang of line {args.line}")
+    line = load_lock(REPO / "pin.lock", args.line).line
+    out = args.out or REPO / "build" / f"release-slice-{line}"
+    files = write_slice(line, out)
+    print(f"{out}: {', '.join(files)} of the pinned sglang of line {line}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The files of the newest line's pristine and patched trees that the GPU benches read, without the two wheels.
+"""The files of a line's pristine and patched trees that the GPU benches read, without the two wheels.
 
-    python3 -m bench.airgapped.tree_slice OUT      # OUT/pristine, OUT/patched, each with SLICE.sha256
+    python3 -m bench.airgapped.tree_slice OUT [--line NAME]   # OUT/pristine, OUT/patched, each with SLICE.sha256
+                                                              # (default: the newest line, or PATCHKIT_LINE)
 
 A GPU machine without the package index gets the release's sources this way: a few hundred KB instead of the
 pinned sglang and flashinfer wheels, which do not fit beside a carried Triton. What each bench reads:
@@ -51,6 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path, help="an empty or absent folder")
     ap.add_argument("--pristine-root", type=Path, help="an unpacked pristine tree (default: built from the cache)")
     ap.add_argument("--patched-root", type=Path, help="the same tree with the series applied")
+    ap.add_argument("--line", help="the release line of pin.lock whose trees are built (default: the newest, or PATCHKIT_LINE)")
     args = ap.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()):
         print(f"tree_slice: expected an empty or absent folder, found {args.out} with files in it", file=sys.stderr)
@@ -58,7 +60,7 @@ def main(argv=None) -> int:
     from harness.dsv4_indexer_cases import upstream_trees
 
     pristine, patched = upstream_trees(args.pristine_root and str(args.pristine_root),
-                                       args.patched_root and str(args.patched_root))
+                                       args.patched_root and str(args.patched_root), args.line)
     for name, root in (("pristine", pristine), ("patched", patched)):
         lines = write_slice(root, args.out / name)
         size = sum((args.out / name / line.split("  ", 1)[1]).stat().st_size for line in lines)

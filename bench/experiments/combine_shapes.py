@@ -1,6 +1,8 @@
 """H200 check of the split-combine launch shapes (decision evidence for `combine_launch`).
 
-    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.experiments.combine_shapes
+    PATCHKIT_CACHE=$PWD/.carry [PATCHKIT_LINE=NAME] python3 -m bench.experiments.combine_shapes
+
+The kernel is the line's (PATCHKIT_LINE, else the newest), loaded as bench_mma_decode loads it.
 
 Times the shipped decode at its default config and split count with the combine launched as
 each shape in LAUNCHES and what `combine_launch` picks now, and with no combine (the decode alone), in the same CUDA-graph method as bench_mma_decode.py.
@@ -12,9 +14,10 @@ import triton
 
 from bench.kernels import bench_mma_decode as bm
 from bench.command import command_line
-from harness.upstream import load_kernel
+from patchkit.lockfile import load_lock
+from serving import REPO
 
-mma = load_kernel(bm.OVERLAY, "flash_mla_sm120_mma")
+mma = bm.load_ours(load_lock(REPO / "pin.lock"))
 SHAPES = [bm.Shape(B, 64, 128, 512) for B in (1, 4, 8, 16, 32)] + [bm.Shape(B, 128, 128, 512) for B in (4, 16)]
 SHAPES += [bm.Shape(B, 64, 2048, 0) for B in (1, 16)]
 

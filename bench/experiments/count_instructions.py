@@ -2,8 +2,11 @@
 CPU and report registers, spills, shared memory and the SASS instruction mix of the main loop
 (one KV tile per iteration), per config.
 
-    .venv/bin/python -m bench.experiments.count_instructions [--json FILE] [--configs NAME ...]
+    .venv/bin/python -m bench.experiments.count_instructions [--line NAME] [--json FILE] [--configs NAME ...]
         [--extra BLOCK_H,BLOCK_T,warps,stages ...]
+
+--line: the release line whose overlay kernel is compiled (default: the newest, or PATCHKIT_LINE;
+harness/line_files.py says where the line keeps it).
 
 The kernel is compiled as tests/kernels/test_mma_aot.py compiles it (same signature, production
 specialisation, unsplit), with the same helpers (harness/aot.py); registers / spills from the ptxas that ships with
@@ -26,10 +29,12 @@ from pathlib import Path
 # The shipped kernel's signature, production specialisation and compile / ptxas helpers, as the
 # AOT test uses them.
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
+from harness.line_files import overlay_file
 from harness.upstream import load_kernel
+from patchkit.lockfile import load_lock
 from serving import REPO
 
-SHIPPED_PATH = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
+KERNEL = "flash_mla_sm120_mma.py"   # P1, the line's overlay file
 
 # SASS opcode (before the first '.') -> column of the table.
 CLASSES = {
@@ -104,19 +109,19 @@ def main_loop_mix(text: str) -> dict:
     return mix
 
 
-def variants(extra=()):
-    """(label, kernel, constexprs, warps, stages) per MMA_CONFIGS entry; `extra`: more
+def variants(lock, extra=()):
+    """(label, kernel, constexprs, warps, stages) per MMA_CONFIGS entry of `lock`'s line's kernel; `extra`: more
     (BLOCK_H, BLOCK_T, warps, stages) tuples."""
-    mod = load_kernel(SHIPPED_PATH, "flash_mla_sm120_mma_count")
+    mod = load_kernel(overlay_file(lock, KERNEL), "flash_mla_sm120_mma_count")
     configs = {name: cfg["launch"] for name, cfg in mod.MMA_CONFIGS.items()}
     configs.update({"h{}_t{}_w{}_s{}".format(*c): c for c in extra})
     return [(f"shipped {name}", mod._mma_sparse_decode_kernel, decode_constexprs(bh, bt, False), w, st)
             for name, (bh, bt, w, st) in configs.items()]
 
 
-def measure(archs=(90, 120), only=None, extra=()) -> list[dict]:
+def measure(lock, archs=(90, 120), only=None, extra=()) -> list[dict]:
     rows = []
-    for label, fn, const, warps, stages in variants(extra):
+    for label, fn, const, warps, stages in variants(lock, extra):
         if only and not any(o in label for o in only):
             continue
         for arch in archs:
@@ -142,13 +147,14 @@ def print_table(rows) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--configs", nargs="*", help="only kernels whose label contains one of these")
     ap.add_argument("--extra", nargs="*", default=[],
                     help="more configs of the shipped kernel, BLOCK_H,BLOCK_T,warps,stages e.g. 16,32,8,1")
     args = ap.parse_args()
     extra = [tuple(int(x) for x in e.split(",")) for e in args.extra]
-    rows = measure(only=args.configs, extra=extra)
+    rows = measure(load_lock(REPO / "pin.lock", args.line), only=args.configs, extra=extra)
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -6,7 +6,8 @@ Written in a session without a GPU and without a Gluon interpreter: it compiles 
     python -m pytest -q tests/gpu/test_gluon_ws_gpu.py && python -m bench.experiments.gluon_ws_decode --bench
 
 Same inputs, outputs and semantics as the shipped `_gluon_sparse_decode_kernel` (config g32dqq) of
-overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py: program = (16-head group, split, row), the
+P1's flash_mla_sm120_mma.py (the line's overlay file: PATCHKIT_LINE, else the newest line, read once at import,
+where the kernels are built from its helpers; harness/line_files.py says where the line keeps it): program = (16-head group, split, row), the
 584-byte token layout (fp8 nope + bf16 rope + UE8M0 scales), the same split contract (part_out / part_lse
 finished by the shipped `_combine_splits_kernel`), the same scale handling (QK on the raw fp8 value, the
 UE8M0 factor on the [16, T] partial scores; PV on bf16(P) x bf16 2^(e-127+60); fp8 -> bf16 by bit
@@ -42,11 +43,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mbarrier, mma_v2
 
+from harness.line_files import overlay_file
 from harness.upstream import load_kernel
+from patchkit.lockfile import load_lock
 from serving import REPO
 
-OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-_m = load_kernel(OVERLAY, "flash_mla_sm120_mma_ws")
+_m = load_kernel(overlay_file(load_lock(REPO / "pin.lock"), "flash_mla_sm120_mma.py"), "flash_mla_sm120_mma_ws")
 
 # The shipped module's sizes and Gluon helpers (globals a Gluon kernel may read: constexprs, jit functions).
 _NOPE_DIM = _m._NOPE_DIM

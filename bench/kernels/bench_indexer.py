@@ -2,7 +2,7 @@
 
 Under CUDA graphs the indexer's page table spans the whole context (1M tokens -> 4096 pages ->
 262144 c4 positions per row), whatever the requests' lengths. Compares, per batch and real length:
-  fp32 fallback  pinned `fp8_paged_mqa_logits_torch_sm120` (SGLang 0.5.14 on sm_120)
+  fp32 fallback  pinned `fp8_paged_mqa_logits_torch_sm120` (the line's release on sm_120)
   bf16 fallback  the same after P2 (patched tree, SGLANG_SM120_INDEXER_TRITON=0)
   before         --before-overlay FILE: an earlier version of the P4 overlay kernel (optional)
   ours           patched function's default route: the length-bounded Triton kernel (P4)
@@ -12,7 +12,10 @@ mean of --iters replays. "% of copy" = (KV pages read + logits written) / time o
 device copy bandwidth measured in the same run (bytes read + written). --configs times named
 INDEXER_CONFIGS of the overlay as well (the sweep that picked the default). Prints markdown tables.
 
-    python3 -m bench.kernels.bench_indexer [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+    python3 -m bench.kernels.bench_indexer --line 0.5.14 [--pristine-root DIR --patched-root DIR] [--before-overlay FILE]
+
+--line NAME: the release line (default: the newest, or PATCHKIT_LINE); a line that retired P2 / P4 is refused with
+the reason its retired.toml gives (harness/line_files.py).
 """
 from __future__ import annotations
 
@@ -29,7 +32,13 @@ import triton
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
+from harness.line_files import NotOnLine, exit_not_on_line, line_file
 from harness.upstream import load_module
+from patchkit.lockfile import load_lock
+from serving import REPO
+
+KERNEL = "paged_mqa_logits_triton.py"   # P4's length-bounded kernel, the line's overlay file
+LINE_FILES = (KERNEL,)                  # what the bench reads, resolved per line (harness/line_files.py)
 
 
 def copy_bandwidth_gbps(nbytes: int = 2 << 30) -> float:
@@ -44,6 +53,7 @@ def copy_bandwidth_gbps(nbytes: int = 2 << 30) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--context-tokens", type=int, default=1 << 20)
     ap.add_argument("--lengths", default="4096,8192,32768,131072,1048576", help="real lengths, tokens")
     ap.add_argument("--batches", default="1,16,64")
@@ -55,11 +65,16 @@ def main() -> None:
     ap.add_argument("--configs", default="", help="comma-separated INDEXER_CONFIGS names to time too")
     ap.add_argument("--fallbacks", default="fp32,bf16", help="torch fallbacks to time: fp32 (pinned), bf16 (P2); '' for none")
     args = ap.parse_args()
+    lock = load_lock(REPO / "pin.lock", args.line)
+    try:
+        kernel = line_file(lock, KERNEL)
+    except NotOnLine as exc:
+        exit_not_on_line("bench_indexer", exc)
 
-    pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root)
+    pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root, lock.line)
     fp32_fallback = C.indexer_function(pristine)
     patched_fn = C.indexer_function(patched)
-    overlay = load_module(patched / C.TRITON_INDEXER, "indexer_overlay_bench")
+    overlay = load_module(kernel.in_tree(patched), "indexer_overlay_bench")
     before = load_module(Path(args.before_overlay), "indexer_before") if args.before_overlay else None
     configs = [c for c in args.configs.split(",") if c]
 

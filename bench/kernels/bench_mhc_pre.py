@@ -2,7 +2,7 @@
 
 x [T, 4, 4096] bf16, hc_fn [24, 16384] fp32, T = tokens in the batch. The functions are the real
 nested `hc_pre_torch_impl` compiled out of the pristine and the patched deepseek_v4.py:
-  fp32         pinned (SGLang 0.5.14)
+  fp32         pinned (the line's release)
   switch off   patched, SGLANG_SM120_MHC_PRE_TRITON=0 (the release's fp32 code, as pinned)
   before       --before-overlay FILE: the patched function with an earlier mhc_pre_triton.py (optional)
   fused        patched default on CUDA (the overlay's fused Triton kernel)
@@ -17,10 +17,12 @@ i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of 
 inputs, as CUDA-graph replays, each with its error against float64 (err/bound and the relative error).
 --kernel-only: that table alone, for the overlay kernel file (no pinned trees: with --release-tree, a folder of
 bench/airgapped/release_slice.py, nothing of the wheel is needed).
+--line NAME: the release line (default: the newest, or PATCHKIT_LINE); a line that retired P3 is refused with the
+reason its retired.toml gives (harness/line_files.py).
 
-    python3 -m bench.kernels.bench_mhc_pre [--pristine-root DIR --patched-root DIR] [--before-overlay FILE] [--fp-fusion both]
-    python3 -m bench.kernels.bench_mhc_pre --kernel-only --fp-fusion both [--release-tree DIR] [--tokens 1,64]
-    python3 -m bench.kernels.bench_mhc_pre --rows v41 [--hidden 4096 --hc-mult 4] --pristine-root DIR --patched-root DIR
+    python3 -m bench.kernels.bench_mhc_pre --line 0.5.14 [--pristine-root DIR --patched-root DIR] [--before-overlay FILE] [--fp-fusion both]
+    python3 -m bench.kernels.bench_mhc_pre --line 0.5.14 --kernel-only --fp-fusion both [--release-tree DIR] [--tokens 1,64]
+    python3 -m bench.kernels.bench_mhc_pre --line 0.5.14 --rows v41 [--hidden 4096 --hc-mult 4] --pristine-root DIR --patched-root DIR
 
 --rows v41: T = the rows of bench/kernels/v41_rows.py (decode, DSPARK target-verify, prefill chunks), the token counts of
 the one MHC-pre call a forward reaches on 0.5.23 (patches/0.5.23/sglang/reach.toml); --hidden / --hc-mult: the
@@ -45,10 +47,13 @@ from bench.kernels import v41_rows as V41
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
+from harness.line_files import NotOnLine, exit_not_on_line, line_path, overlay_file
 from harness.upstream import load_kernel
+from patchkit.lockfile import load_lock
+from serving import REPO
 
-REPO = Path(__file__).resolve().parents[1]
-OVERLAY = REPO / "overlay/0.5.14" / C.MHC_PRE_TRITON
+KERNEL = "mhc_pre_triton.py"   # P3's fused kernel, the line's overlay file
+LINE_FILES = (KERNEL,)         # what the bench reads, resolved per line (harness/line_files.py)
 
 
 def median_us(measure, repeats):
@@ -130,22 +135,23 @@ def print_header(args) -> None:
           f" median of {args.repeats} x mean of {args.iters} calls (eager) or replays (graph), us")
 
 
-def tree_with_overlay(patched: Path, overlay_file: Path) -> Path:
+def tree_with_overlay(patched: Path, before: Path, lock) -> Path:
     """A copy of the patched sglang package (hc_pre_torch_impl reads its deepseek_v4.py, its environ.py and what
     that imports, and the release's register_custom_op) with another mhc_pre_triton.py, whose op is renamed (an
     op name is registered once per process; the shipped module keeps its own). An earlier file registered with
     torch.library under sglang_sm120::."""
     root = Path(tempfile.mkdtemp(prefix="mhc-before-"))
     shutil.copytree(patched / "sglang", root / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
-    text = overlay_file.read_text().replace('op_name="mhc_pre_mixes"', 'op_name="mhc_pre_mixes_before"')
+    text = before.read_text().replace('op_name="mhc_pre_mixes"', 'op_name="mhc_pre_mixes_before"')
     text = text.replace("sglang_sm120::", "sglang_sm120_before::").replace(
         "torch.ops.sglang_sm120,", "torch.ops.sglang_sm120_before,")
-    (root / C.MHC_PRE_TRITON).write_text(text)
+    (root / line_path(lock, KERNEL)).write_text(text)
     return root
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64,128,256,1024,4096")
     ap.add_argument("--rows", choices=("v41",), help="T = bench/kernels/v41_rows.py's row counts instead of --tokens")
     ap.add_argument("--hidden", type=int, default=C.HIDDEN, help="hidden size (default: DSv4-Flash's %(default)s)")
@@ -161,27 +167,32 @@ def main() -> None:
                     help="both: also a table of the fused kernel with FP fusion on and off")
     ap.add_argument("--kernel-only", action="store_true",
                     help="only the --fp-fusion table, for the overlay kernel file (no pinned trees)")
-    ap.add_argument("--overlay", type=Path, default=OVERLAY, help="the kernel file --kernel-only loads (default: %(default)s)")
+    ap.add_argument("--overlay", type=Path, help="the kernel file --kernel-only loads (default: the line's overlay file)")
     ap.add_argument("--release-tree", type=Path,
                     help="with --kernel-only: the release's register_custom_op files (bench/airgapped/release_slice.py)")
     args = ap.parse_args()
+    lock = load_lock(REPO / "pin.lock", args.line)
+    try:
+        shipped = overlay_file(lock, KERNEL)
+    except NotOnLine as exc:
+        exit_not_on_line("bench_mhc_pre", exc)
     hc, hidden = args.hc_mult, args.hidden
     mix_hc, hc_dim = (2 + hc) * hc, hc * hidden
     tokens_list = [r for r, _, _ in V41.v41_rows()] if args.rows else [int(t) for t in args.tokens.split(",")]
     if args.kernel_only:
-        overlay = load_kernel(args.overlay, "mhc_overlay_bench", tree=args.release_tree)
+        overlay = load_kernel(args.overlay or shipped, "mhc_overlay_bench", tree=args.release_tree)
         print_header(args)
         fusion_table(overlay, tokens_list, args.iters, args.repeats, torch.Generator(device="cuda").manual_seed(0),
                      hc, hidden)
         return
 
-    pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root)
+    pristine, patched = C.upstream_trees(args.pristine_root, args.patched_root, lock.line)
     impls = {"fp32": C.hc_pre_torch_impl(pristine)}
     os.environ["SGLANG_SM120_MHC_PRE_TRITON"] = "0"        # read when the module flag is evaluated
     impls["switch off"] = C.hc_pre_torch_impl(patched)
     os.environ["SGLANG_SM120_MHC_PRE_TRITON"] = "1"
     if args.before_overlay:
-        impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay)))
+        impls["before"] = C.hc_pre_torch_impl(tree_with_overlay(patched, Path(args.before_overlay), lock))
     impls["fused"] = C.hc_pre_torch_impl(patched)
     overlay = load_kernel(C.mhc_pre_file(patched), "mhc_overlay_bench")
     sweep = [float(f) for f in args.sweep.split(",") if f]

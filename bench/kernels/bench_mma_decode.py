@@ -22,10 +22,12 @@ runs below 64 heads with q padded to 64 heads, as SGLang does at TP > 1. The Fla
 decode SGLang 0.5.23 defaults to is a peer column per `--peer-sms` SM count (its split heuristic's
 input) where bench/peers built it for this GPU (`--peer`, default build/peer-flashinfer), fed 64-token
 pages (SGLANG_OPT_SM120_DIRECT_SWA_KV=1). With several columns the last table holds them all.
+`--line NAME`: the release line whose kernel, per-head kernel and register_custom_op are read (default: the newest,
+or PATCHKIT_LINE, as apply.py picks it; harness/line_files.py says where the line keeps each).
 `--rows v41`: the rows DeepSeek-V4.1-Flash hands the sparse attention instead of the batch sweep
 (bench/kernels/v41_rows.py: decode, DSPARK target-verify, chunked prefill; window 128 + each of `--extra-topks`);
 above 64 rows the peer is FlashInfer's prefill path, as SGLang 0.5.23 routes it. `--tree DIR`: ours from a slice of the
-patched 0.5.23 tree (bench/airgapped/tree_slice.py), with that release's register_custom_op, no wheel read.
+line's patched tree (bench/airgapped/tree_slice.py), with that release's register_custom_op, no wheel read.
 """
 from __future__ import annotations
 
@@ -40,26 +42,28 @@ import torch
 from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
                                   make_pool, print_header, reference_f64, rel_err)
 from bench.kernels import v41_rows as V41
+from harness.line_files import line_file, line_path, overlay_file
 from harness.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
 from patchkit.lockfile import load_lock
 from serving import REPO
 
 
-OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-UPSTREAM_KERNEL = "sglang/srt/layers/attention/flash_mla_sm120_triton.py"
-TREE_KERNEL = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"   # where 0.5.23's tree keeps it
+KERNEL = "flash_mla_sm120_mma.py"             # ours (P1), the line's overlay file
+UPSTREAM_KERNEL = "flash_mla_sm120_triton.py"  # the per-head kernel of the line's pinned wheel
+LINE_FILES = (KERNEL, UPSTREAM_KERNEL)         # what the bench reads, resolved per line (harness/line_files.py)
 
 
 def load_upstream(lock):
     """flash_mla_sparse_decode_triton from the pinned sglang wheel of `lock` (sha256-checked by fetch)."""
     from patchkit.fetch import fetch
 
+    rel = line_path(lock, UPSTREAM_KERNEL)
     wheel = fetch(lock.upstream("sglang"), log=lambda *_: None)
     tmp = Path(tempfile.mkdtemp(prefix="bench_mma_"))
     with zipfile.ZipFile(wheel) as zf:
-        zf.extract(UPSTREAM_KERNEL, tmp)
-    return load_module(tmp / UPSTREAM_KERNEL, "pinned_flash_mla_sm120_triton")
+        zf.extract(rel, tmp)
+    return load_module(tmp / rel, "pinned_flash_mla_sm120_triton")
 
 
 def load_flashmla():
@@ -99,6 +103,7 @@ def replays_for(shape: "Shape") -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--sweep", action="store_true", help="also time config / split variants (H=64)")
     ap.add_argument("--out", default=str(REPO / "build" / "bench"),
                     help="where the JSON and the PNG go (default: build/bench)")
@@ -118,8 +123,8 @@ def main() -> None:
     ap.add_argument("--extra-topks", default=",".join(map(str, V41.EXTRA_TOPKS)),
                     help="--rows v41: the compressed top-k widths beside the window of 128")
     ap.add_argument("--tree", type=Path,
-                    help="a slice of the patched 0.5.23 tree (bench.airgapped.tree_slice): ours from its kernel file, with "
-                         "its release's register_custom_op (without it: the 0.5.14 overlay, the pinned wheel read)")
+                    help="a slice of the line's patched tree (bench.airgapped.tree_slice): ours from its kernel file, with "
+                         "its release's register_custom_op (without it: the line's overlay file, the pinned wheel read)")
     ap.add_argument("--peer", type=Path, default=REPO / "build" / "peer-flashinfer",
                     help="the FlashInfer sm_120 peer's folder (bench.kernels.peers.flashinfer_sm120_sources + _build)")
     ap.add_argument("--peer-sms", default="132,188",
@@ -136,19 +141,20 @@ def main() -> None:
     args = ap.parse_args()
     if args.tree and args.release_tree:
         ap.error("expected --tree or --release-tree (a tree slice holds its release's register_custom_op), found both")
+    lock = load_lock(REPO / "pin.lock", args.line)
     if args.plot_from:
-        replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png")
+        replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png", lock)
         return
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     print_header()
-    mma = load_ours(args.tree, args.release_tree)
+    mma = load_ours(lock, args.tree, args.release_tree)
     fusion = fusion_keys(mma) if args.fp_fusion == "both" else None
     if fusion:
         print(f"fp fusion: the kernels state enable_fp_fusion={mma.ENABLE_FP_FUSION} ({fusion[0]}); "
               f"also timed with {not mma.ENABLE_FP_FUSION} ({fusion[1]})")
-    upstream = None if args.no_upstream else load_upstream(load_lock(REPO / "pin.lock"))
+    upstream = None if args.no_upstream else load_upstream(lock)
     fm_call, fm_meta, fm_err = load_flashmla()
     print("flashmla:", "sgl-flash-mla (use_legacy=True)" if fm_call else f"unavailable ({fm_err})")
     peer, peer_sms = load_flashinfer_peer(args.peer), [int(n) for n in args.peer_sms.split(",") if n]
@@ -307,16 +313,17 @@ def print_fusion_table(rows):
               + " / ".join("-" if e is None else f"{e:.2e}" for e in errs) + " |")
 
 
-def load_ours(tree: Path | None, release_tree: Path | None = None):
-    """The MMA kernel module: the patched 0.5.23 slice's file (its release's register_custom_op), else the 0.5.14
-    overlay file (register_custom_op from release_tree's files (bench/airgapped/release_slice.py), else from the pinned 0.5.14
-    wheel, read through the patchkit cache)."""
+def load_ours(lock, tree: Path | None = None, release_tree: Path | None = None):
+    """The MMA kernel module of `lock`'s line: the file of a slice of its patched tree (its release's
+    register_custom_op), else the line's overlay file (register_custom_op from release_tree's files
+    (bench/airgapped/release_slice.py), else from the line's pinned wheel, read through the patchkit cache)."""
     if tree is None:
-        return load_kernel(OVERLAY, "flash_mla_sm120_mma", tree=release_tree)
-    path = Path(tree) / TREE_KERNEL
+        return load_kernel(overlay_file(lock, KERNEL), "flash_mla_sm120_mma", tree=release_tree,
+                           line=None if release_tree else lock.line)
+    path = line_file(lock, KERNEL).in_tree(tree)
     if not path.is_file():
         raise SystemExit(f"--tree: expected {path} (python3 -m bench.airgapped.tree_slice OUT), found no such file")
-    print(f"ours: {path} (the patched 0.5.23 tree's kernel)")
+    print(f"ours: {path} (the patched {lock.line} tree's kernel)")
     return load_kernel(path, "flash_mla_sm120_mma", tree=Path(tree))
 
 
@@ -393,10 +400,10 @@ def draw_plot(rows, path):
         print(exc)
 
 
-def replot(saved: Path, path: Path) -> None:
+def replot(saved: Path, path: Path, lock) -> None:
     from bench.plots import shipped_times
 
-    mma = load_kernel(OVERLAY, "flash_mla_sm120_mma")
+    mma = load_ours(lock)
     rows = shipped_times(json.loads(saved.read_text())["rows"], mma.pick_config)
     draw_plot(rows, path)
 

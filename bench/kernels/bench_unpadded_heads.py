@@ -1,7 +1,7 @@
 """P7 benchmark: the MMA sparse decode call with a TP rank's real query heads against the same call
 padded to 64 heads (what the pinned MQALayer.forward sends at TP > 1), on one GPU.
 
-    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.kernels.bench_unpadded_heads [--out DIR]
+    PATCHKIT_CACHE=$PWD/.carry python3 -m bench.kernels.bench_unpadded_heads [--out DIR] [--line NAME]
 
 8 / 16 / 32 heads are one rank's share of DeepSeek-V4-Flash's 64 at TP = 8 / 4 / 2; each shape is a
 c4 layer's call (window 128 + top-512 compressed tokens, 256- and 64-token pages). Timing and inputs
@@ -19,11 +19,14 @@ from pathlib import Path
 
 import torch
 
-from bench.kernels import bench_mma_decode as B  # pools, inputs, graph timing
-from harness.upstream import load_kernel
+from bench.kernels import bench_mma_decode as B  # pools, inputs, graph timing, the line's P1 kernel
+from patchkit.lockfile import load_lock
 from serving import REPO
 
 PADDED = 64
+
+
+LINE_FILES = (B.KERNEL,)   # what the bench reads, resolved per line (harness/line_files.py)
 
 
 def dequant_tokens(pool: torch.Tensor, page: int, idx: torch.Tensor) -> torch.Tensor:
@@ -60,11 +63,12 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "build" / "bench"), help="where the JSON goes")
+    ap.add_argument("--line", help="the release line of pin.lock whose P1 kernel runs (default: the newest, or PATCHKIT_LINE)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     B.print_header()
-    mma = load_kernel(B.OVERLAY, "flash_mla_sm120_mma")
+    mma = B.load_ours(load_lock(REPO / "pin.lock", args.line))
     gen = torch.Generator(device="cuda").manual_seed(0)
     pools = {256: B.make_pool(16384, 256, gen), 64: B.make_pool(32768, 64, gen)}
 

@@ -43,6 +43,7 @@ class Record:
     release: str = ""
     reason: str = ""
     when: tuple[Condition, ...] = ()
+    label: str = ""          # the README's short name of the patch (P3), where the record gives one
 
     def where(self) -> str:
         return f"line {self.line}'s {self.path.name}"
@@ -81,7 +82,7 @@ def load_records(lines_root: Path, upstream: str) -> list[Record]:
             if status == "retired" and not str(r.get("reason", "")).strip():
                 raise PatchkitError(f"{where}: expected 'reason' for status 'retired', found none")
             out.append(Record(line, path, r["subject"], status, by, str(r.get("release", "")),
-                              str(r.get("reason", "")).strip(), when))
+                              str(r.get("reason", "")).strip(), when, str(r.get("label", ""))))
     return out
 
 

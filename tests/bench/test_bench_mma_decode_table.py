@@ -11,6 +11,9 @@ import torch
 
 from bench.kernels import bench_mma_decode as bm
 from bench import plots
+from harness.line_files import line_file
+from patchkit.lockfile import load_lock, lock_lines
+from tests.conftest import REPO
 
 ROW = {"shape": "H8/B16/win128+ex512", "H": 8, "B": 16, "topk": 128, "extra_topk": 512, "floor_us": 1.4,
        "mma_us": 14.7, "mma_err": 2.1e-3, "exp_ws32g1_us": 15.3, "exp_ws32g1_err": 2.1e-3,
@@ -65,16 +68,22 @@ def test_the_other_fp_fusion_setting_is_set_for_the_call_alone_and_tabled_beside
     assert len(cells(rule)) == len(cells(head)) == 5
 
 
-def test_ours_takes_register_custom_op_from_the_release_tree_or_from_the_tree_slice(tmp_path, monkeypatch):
+@pytest.mark.parametrize("line", lock_lines(REPO / "pin.lock"))
+def test_ours_is_the_lines_kernel_with_register_custom_op_from_the_release_tree_the_slice_or_the_line(
+        line, tmp_path, monkeypatch):
+    lock = load_lock(REPO / "pin.lock", line)
+    kernel, slice_ = line_file(lock, bm.KERNEL), tmp_path / "slice"
     seen = []
-    monkeypatch.setattr(bm, "load_kernel", lambda path, name, tree=None: seen.append((path, tree)) or name)
-    bm.load_ours(None, tmp_path / "release")                    # the 0.5.14 overlay file, the release slice's op
-    (tmp_path / "slice" / bm.TREE_KERNEL).parent.mkdir(parents=True)
-    (tmp_path / "slice" / bm.TREE_KERNEL).write_text("")
-    bm.load_ours(tmp_path / "slice")                             # the 0.5.23 tree's file and its own op
-    bm.load_ours(None)                                           # the overlay file, the pinned wheel's op
-    assert seen == [(bm.OVERLAY, tmp_path / "release"), (tmp_path / "slice" / bm.TREE_KERNEL, tmp_path / "slice"),
-                    (bm.OVERLAY, None)]
+    monkeypatch.setattr(bm, "load_kernel",
+                        lambda path, name, tree=None, line=None: seen.append((path, tree, line)) or name)
+    bm.load_ours(lock, None, tmp_path / "release")               # the line's overlay file, the release slice's op
+    kernel.in_tree(slice_).parent.mkdir(parents=True)
+    kernel.in_tree(slice_).write_text("")
+    bm.load_ours(lock, slice_)                                   # the line's tree's file and its own op
+    bm.load_ours(lock)                                           # the overlay file, the line's pinned wheel's op
+    assert seen == [(kernel.overlay(), tmp_path / "release", None), (kernel.in_tree(slice_), slice_, None),
+                    (kernel.overlay(), None, line)]
+    assert kernel.overlay() == REPO / "overlay" / line / kernel.path
 
 
 def test_a_tree_slice_and_a_release_tree_together_are_refused_before_anything_loads(tmp_path, monkeypatch, capsys):

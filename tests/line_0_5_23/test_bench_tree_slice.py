@@ -10,6 +10,13 @@ import torch
 from bench.kernels import bench_mma_decode as bm
 from bench.airgapped import tree_slice
 from harness import dsv4_indexer_cases as C
+from harness.line_files import line_path
+from patchkit.lockfile import load_lock
+from tests.conftest import REPO
+from tests.line_0_5_23.conftest import PATCH_LINE
+
+LOCK = load_lock(REPO / "pin.lock", PATCH_LINE)
+KERNEL = line_path(LOCK, bm.KERNEL)
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +35,15 @@ def test_each_slice_holds_the_files_the_benches_read_with_their_sha256(slices, p
             assert (slices / name / rel).read_bytes() == (root / rel).read_bytes()
         assert {C.MODEL, "sglang/srt/environ.py", "sglang/srt/utils/custom_op.py"} <= set(files)
     patched = (slices / "patched" / tree_slice.STAMP).read_text()
-    assert bm.TREE_KERNEL in patched and C.MHC_PRE_TRITON_OPS not in patched   # P3 is retired on this line
+    assert KERNEL in patched and C.MHC_PRE_TRITON_OPS not in patched   # P3 is retired on this line
     pristine = (slices / "pristine" / tree_slice.STAMP).read_text()
-    assert bm.TREE_KERNEL not in pristine          # the overlay files exist in the patched tree only
+    assert KERNEL not in pristine          # the overlay files exist in the patched tree only
 
 
 @pytest.mark.parametrize("rows", [14, 66])    # a verify batch (2 x 7) and a row count past the decode kernel's 64
 def test_ours_from_the_slice_matches_float64(slices, rows):
-    mma = bm.load_ours(slices / "patched")
-    assert mma.__file__ == str(slices / "patched" / bm.TREE_KERNEL)
+    mma = bm.load_ours(LOCK, slices / "patched")
+    assert mma.__file__ == str(slices / "patched" / KERNEL)
     gen = torch.Generator().manual_seed(rows)
     pools = (bm.make_pool(2, 256, gen), bm.make_pool(4, 64, gen))
     inp = bm.Inputs(bm.Shape(rows, 8, 64, 64, kind="verify"), pools, gen)
@@ -47,7 +54,7 @@ def test_ours_from_the_slice_matches_float64(slices, rows):
 
 def test_load_ours_names_a_slice_without_the_kernel(tmp_path):
     with pytest.raises(SystemExit, match=r"--tree: expected .*flash_mla_sm120_mma.py \(python3 -m bench.airgapped.tree_slice"):
-        bm.load_ours(tmp_path)
+        bm.load_ours(LOCK, tmp_path)
 
 
 def test_hc_pre_of_both_slices_compiles_and_agrees(slices):
