@@ -1,6 +1,6 @@
 """The DSv4 indexer and MHC-pre functions out of a real upstream tree, inputs for them, and probes.
 
-Shared by tests/kernels/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
+Shared by tests/line_0_5_14/test_indexer_bf16.py, test_indexer_len_bound.py, test_mhc_bf16.py,
 tests/gpu/test_indexer_gpu.py, tests/gpu/test_mhc_gpu.py and bench/kernels/bench_indexer.py, bench/kernels/bench_mhc_pre.py,
 bench/experiments/mhc_graph_sweep.py.
 

@@ -1,7 +1,7 @@
 """P7 helpers: the real `MQALayer.forward` of a tree at TP > 1 around a recording attention backend,
 and padded-vs-real-heads inputs for the MMA decode kernel.
 
-Shared by tests/kernels/test_unpadded_heads.py and tests/gpu/test_unpadded_heads_gpu.py.
+Shared by tests/line_0_5_14/test_unpadded_heads.py and tests/gpu/test_unpadded_heads_gpu.py.
 
 `deepseek_v4.py` imports the whole serving runtime, so the class `MQALayer` is compiled out of the
 tree's file on its own (as harness/dsv4_indexer_cases.py does for functions). What runs is the tree's

@@ -1,6 +1,6 @@
 """H200 check of the split-combine launch shapes (decision evidence for `combine_launch`).
 
-    PATCHKIT_CACHE=$PWD/.carry [PATCHKIT_LINE=NAME] python3 -m bench.experiments.combine_shapes
+    [PATCHKIT_LINE=NAME] PATCHKIT_CACHE=$PWD/.carry python3 -m bench.experiments.combine_shapes
 
 The kernel is the line's (PATCHKIT_LINE, else the newest), loaded as bench_mma_decode loads it.
 

@@ -12,7 +12,7 @@ routes' repeats interleaved (fp32, before, fused, fp32, ...).
 --compile-tokens: also under torch.compile inside the graph, which is what `compile_in_capture_mode`
 does during SGLang's capture. --sweep: the one-launch kernel (the eager route) replayed in a graph,
 i.e. its GPU time, per programs-per-SM setting. "err/bound": the worst error of the fused results
-(eager and sweep) against float64 over the 2^-8 bound of tests/kernels/test_mhc_bf16.py (<= 1 passes).
+(eager and sweep) against float64 over the 2^-8 bound of tests/line_0_5_14/test_mhc_bf16.py (<= 1 passes).
 --fp-fusion both: the fused kernel's two routes (graph: two launches; one-launch) with FP fusion on and off, same
 inputs, as CUDA-graph replays, each with its error against float64 (err/bound and the relative error).
 --kernel-only: that table alone, for the overlay kernel file (no pinned trees: with --release-tree, a folder of

@@ -48,7 +48,7 @@ from serving import smoke
 from serving.test_hooks import emulate_sm120
 
 # The release's client entry points (0.5.14 is the line whose server runs on the GPU box; 0.5.23 moved the
-# benchmark to sglang.benchmark.serving). tests/bench/test_upstream_e2e.py checks them against [patch.reproduce].
+# benchmark to sglang.benchmark.serving). tests/line_0_5_14/test_upstream_e2e.py checks them against [patch.reproduce].
 BENCH_MODULE = "sglang.bench_serving"
 EVAL_MODULE = "sglang.test.run_eval"
 

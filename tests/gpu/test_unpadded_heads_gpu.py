@@ -2,7 +2,7 @@
 for the same heads padded to 64 (junk q heads, zero sink), at full DSv4 shapes; and the real
 MQALayer.forward of the pristine (padded) and patched (real heads) trees agree on the GPU.
 
-Bound (see tests/kernels/test_unpadded_heads.py): the two calls differ in rounding only, so real-head
+Bound (see tests/line_0_5_14/test_unpadded_heads.py): the two calls differ in rounding only, so real-head
 outputs agree to 2^-7 of their norm, and each is within the kernel's tolerance of float64.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """P3 (MHC-pre mixing in bf16) on the 0.5.23 line: retired in patch set 0.1.10 (docs/retired_0.5.23.md), so the
 patched tree runs the release's own fp32 MHC-pre code and registers no P3 switch; the 0.5.14 line keeps P3
-(tests/kernels/test_mhc_bf16.py runs there)."""
+(tests/line_0_5_14/test_mhc_bf16.py runs there)."""
 import ast
 
 from tests.conftest import pristine_wheel
