@@ -418,10 +418,15 @@ def test_refuses_unknown_or_ambiguous_patch_listing_what_there_is(checkouts, ove
 
 
 def test_the_readme_names_export_pr_accepts(checkouts, overlay_repo):
-    """README's patch table calls the patches P1..P7: export-pr takes those names (any case), and on the line
-    the table describes (0.5.14) each names the patch of the table's "series" column."""
+    """README's patch table calls the patches P1..P7: export-pr takes those names (any case), and on each line
+    each names the patch of that line's series column (the default line's first)."""
     readme = (REPO / "README.md").read_text()
-    table = dict(re.findall(r"^\| (P\d) \| (\w+ \d{4})", readme, re.M))
+    head = re.search(r"^\| # \| (.+?) series \(default\) \| (.+?) series \|", readme, re.M)
+    assert head, "README has no patch table with a series column per line"
+    columns = {line: i for i, line in enumerate(head.groups())}
+    rows = re.findall(r"^\| (P\d) \| ([^|]+) \| ([^|]+) \|", readme, re.M)
+    table = {label: m.group(0) for label, *cells in rows
+             if (m := re.match(r"\w+ \d{4}", cells[columns[current_line()]].strip()))}
     assert "P1" in table, "README has no patch table"
     name, patch = next((n, p) for n, _, p in all_patches(overlay_repo) if n == "sglang" and p.name.startswith("0001"))
     proc = cli(overlay_repo, "export-pr", "p1", "--repo", str(checkouts[name]))
@@ -432,10 +437,7 @@ def test_the_readme_names_export_pr_accepts(checkouts, overlay_repo):
         delete_branches(checkouts[name], default_branch(patch))
     labelled = {pr.label: f"{n} {p.name[:4]}" for n, _, p in all_patches(overlay_repo)
                 if (pr := pr_data(overlay_repo, n).patches.get(p.name)) is not None and pr.label}
-    if current_line() == "0.5.14":
-        assert labelled == table
-    else:
-        assert set(labelled) <= set(table) and "P1" in labelled
+    assert labelled == table
 
 
 def _edited_copy(tmp_path: Path, rel: str, edit) -> Path:
