@@ -35,6 +35,7 @@ help:
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
 	@echo "make bundle-budget           do the tree and build/bundle stay within the bundle's budget (48 MiB copied together)?"
+	@echo "make tree-copy [TREE_COPY=build/tree-copy]   the checkout as copied to the GPU machine: without bench/runs/' raw output"
 	@echo "make carry-triton [CARRY_TRITON=3.8.0] [CARRY_ARCHS=90,120]   build/carry-triton-VERSION: a Triton release packed to copy to the GPU machine"
 	@echo "make carry-peers [CARRY_PEERS=\"0.7.2 0.7.4\"]   build/carry-peer-VERSION: FlashInfer's sm_120 decode built for sm_90a, packed"
 	@echo "make carry-slice              build/carry-slice-LINE: the files of the line's pristine and patched trees the GPU benches read, packed"
@@ -185,7 +186,14 @@ GPU_CC     ?= 90
 JIT_ARCH   := $(shell echo $(GPU_CC) | sed 's/\(.\)$$/.\1/')
 JIT_CACHE  ?= $(wildcard build/jit-cache build/jit-cache-$(JIT_ARCH))
 
-.PHONY: bundle bundle-budget prebuild-jit
+.PHONY: bundle bundle-budget prebuild-jit tree-copy
+
+# The checkout as it is copied to the GPU machine (serving/tree_copy.py): the raw output recorded under bench/runs/
+# stays in git and here; the budget below counts the same files.
+TREE_COPY ?= build/tree-copy
+tree-copy:
+	rm -rf $(TREE_COPY)
+	$(PYTHON) -m serving.bundle tree-copy --out $(TREE_COPY)
 
 bundle:
 	$(PYTHON) -m serving.bundle build $(LINE_ARG) --out $(BUNDLE_OUT) --gpu-cc $(GPU_CC) $(foreach d,$(JIT_CACHE),--jit-cache $(d))

@@ -53,7 +53,7 @@ from patchkit.lockfile import load_lock
 from patchkit.names import canonical_name
 from patchkit.report import printable_streams
 
-from . import REPO, bundle_rezip, bundle_slim
+from . import REPO, bundle_rezip, bundle_slim, tree_copy
 from .bundle_closure import REQUIREMENTS, closure_runtime, read_requirements
 from .bundle_manifest import (FORMAT, MANIFEST, MIB, PAYLOAD, BundleError, check_size, entry,
                                      extract_payload, read_manifest, size_report, verify_files, verify_payload,
@@ -286,10 +286,9 @@ def assemble(out: Path, artifacts: list[tuple[Path, str]], wheels: list[tuple[Pa
 
 
 def carried_tree_bytes(repo: Path = REPO) -> int:
-    """Bytes of the checkout's files that are copied to the GPU machine: tracked, and untracked but not ignored."""
-    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True, check=True).stdout
-    return sum(f.stat().st_size for f in (repo / name for name in set(listed.split("\0")) if name) if f.is_file())
+    """Bytes of the checkout's files that are copied to the GPU machine (serving/tree_copy.py: tracked, and untracked
+    but not ignored, less the recorded raw output of bench/runs/)."""
+    return sum((Path(repo) / rel).stat().st_size for rel in tree_copy.carried_files(repo))
 
 
 def check_budget(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMIT_MIB) -> int:
@@ -312,7 +311,8 @@ def check_budget(bundle: Path | None, repo: Path = REPO, limit_mib: float = LIMI
     say(f"copied to the GPU machine: the tree ({tree / MIB:.2f} MiB) and {what}: {(tree + packed) / MIB:.2f} MiB, "
         f"expected at most the bundle's budget of {BUDGET_MIB} MiB ({left / MIB:.2f} MiB left)")
     if left < 0:
-        say(f"over by {-left / MIB:.2f} MiB: archive superseded raw results (bench/runs/INDEX.md) or slim the bundle")
+        say(f"over by {-left / MIB:.2f} MiB: slim the bundle or the checkout (recorded raw output under bench/runs/ "
+            "is not copied and counts nothing)")
         return 1
     return 0
 
@@ -493,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--bundle", type=Path, default=DEFAULT_OUT)
     c.add_argument("--limit-only", action="store_true",
                    help="no bundle built (CI): count the bundle at its size limit, the most make bundle builds")
+    t = sub.add_parser("tree-copy", help="write the checkout as it is copied to the GPU machine (no recorded raw output)")
+    t.add_argument("--out", type=Path, required=True, help="an absent or empty folder")
+    t.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)
     p = sub.add_parser("prebuild-jit", help="compile sglang's jit_kernel modules into a tvm-ffi cache (needs nvcc)")
     from . import bundle_jit
     bundle_jit.add_arguments(p)
@@ -503,6 +506,11 @@ def main(argv: list[str] | None = None) -> int:
                          line=args.line, whole_wheels=args.whole_wheels)
         if args.command == "budget":
             return check_budget(None if args.limit_only else args.bundle.resolve())
+        if args.command == "tree-copy":
+            files = tree_copy.write_copy(args.repo, args.out)
+            say(f"{args.out}: {len(files)} files, {carried_tree_bytes(args.repo) / MIB:.2f} MiB (the checkout as "
+                "copied to the GPU machine, without the recorded raw output of bench/runs/)")
+            return 0
         if args.command == "install":
             return install(args.bundle, args.into)
         if args.command == "env":

@@ -374,6 +374,30 @@ def test_the_carried_tree_is_tracked_and_untracked_files_but_not_ignored_ones(tm
     assert bundle.carried_tree_bytes(repo) == 1000 + 300 + len("big.bin\n")
 
 
+def test_recorded_raw_output_stays_out_of_the_copy_and_the_budget_while_its_records_stay(tmp_path):
+    """bench/runs/: a run's raw output is in git, not in what is copied to the GPU machine nor counted against the
+    budget; RUN.md, INDEX.md and the probe scripts kept beside it are (red before: the raw file counted and was
+    carried, so recording a run pressed the budget)."""
+    repo = _repo_with(tmp_path, {"tracked.py": 1000})
+    run = repo / "bench" / "runs" / "2026-12-07-demo"
+    run.mkdir(parents=True)
+    for name, size in {"RUN.md": 200, "probe.py": 50, "raw.txt": 40_000, "rows.json": 9_000}.items():
+        (run / name).write_bytes(b"r" * size)
+    (repo / "bench" / "runs" / "INDEX.md").write_bytes(b"i" * 70)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    assert bundle.carried_tree_bytes(repo) == 1000 + 200 + 50 + 70
+    out = tmp_path / "copy"
+    assert bundle.main(["tree-copy", "--repo", str(repo), "--out", str(out)]) == 0
+    assert sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file()) == [
+        "bench/runs/2026-12-07-demo/RUN.md", "bench/runs/2026-12-07-demo/probe.py", "bench/runs/INDEX.md",
+        "tracked.py"]
+    assert (out / "tracked.py").read_bytes() == (repo / "tracked.py").read_bytes()
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True, text=True).stdout.split()
+    assert "bench/runs/2026-12-07-demo/raw.txt" in listed          # the record stays in git
+    again = bundle.main(["tree-copy", "--repo", str(repo), "--out", str(out)])
+    assert again == 1                                             # an existing copy is not written over
+
+
 def test_the_budget_check_fails_when_the_spare_is_short_with_a_bundle_and_with_the_bundle_limit(tmp_path, monkeypatch, capsys):
     repo = _repo_with(tmp_path, {"tracked.py": 300_000})
     packed = tmp_path / "bundle"
