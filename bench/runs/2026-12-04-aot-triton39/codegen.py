@@ -1,8 +1,9 @@
 """Dump a codegen fingerprint of every Gluon build (shipped kernel + WS experiment): PTX sha (debug lines
 stripped), SASS sha, regs/spills/shared. argv: out.json [kernel file]"""
 import hashlib, json, re, sys, os
-sys.path.insert(0, "/work/main")
 from pathlib import Path
+CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout, named relative to this record
+sys.path.insert(0, str(CHECKOUT))
 import triton
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, ptxas_report
 from harness.upstream import load_module
@@ -30,7 +31,7 @@ def fp(k, arch):
     return {"ptx": hashlib.sha256(strip_ptx(ptx).encode()).hexdigest()[:16],
             "sass": hashlib.sha256(s.encode()).hexdigest()[:16], "shared": k.metadata.shared, **rep}
 
-mod = load_module(Path("/work/main/overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"), "kmod")
+mod = load_module((CHECKOUT / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"), "kmod")
 rows = {}
 which = os.environ.get("WHICH", "gluon,ws").split(",")
 for arch in (120, 90):

@@ -1,11 +1,12 @@
 import sys, subprocess, tempfile
-sys.path.insert(0, "/work/main")
 from pathlib import Path
+CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout, named relative to this record
+sys.path.insert(0, str(CHECKOUT))
 import triton
 from harness.aot import *
 from harness.upstream import load_module
 from tests.test_mma_aot import gluon_constexprs
-mod = load_module(Path("/work/main/overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"), "k")
+mod = load_module((CHECKOUT / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"), "k")
 bin_ = Path(triton.__file__).parent / "backends/nvidia/bin"
 launch = mod.GLUON_CONFIGS["g32s2"]["launch"]
 for split in (False, True):

@@ -1,6 +1,7 @@
 import sys
-sys.path.insert(0, "/work/main")
 from pathlib import Path
+CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout, named relative to this record
+sys.path.insert(0, str(CHECKOUT))
 import triton
 from harness.aot import *
 from harness.upstream import load_module

@@ -1,10 +1,11 @@
 import sys, subprocess, tempfile
-sys.path.insert(0, "/work/main")
 from pathlib import Path
+CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout, named relative to this record
+sys.path.insert(0, str(CHECKOUT))
 import triton
 from harness.aot import *
 from harness.upstream import load_module
-mod = load_module(Path("/work/main/overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"), "k")
+mod = load_module((CHECKOUT / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"), "k")
 bin_ = Path(triton.__file__).parent / "backends/nvidia/bin"
 for name, arch, split in [("h16_t64_w8", 90, False), ("h16_t64_w8", 90, True), ("h32_t32_w8", 120, False), ("h16_t64_w8", 120, False)]:
     bh, bt, w, st = mod.MMA_CONFIGS[name]["launch"]
