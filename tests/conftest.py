@@ -32,7 +32,10 @@ from patchkit.lockfile import load_lock  # noqa: E402
 from patchkit.fetch import fetch  # noqa: E402
 from patchkit.pristine import Pristine  # noqa: E402
 
-# The release line the tests below tests/ run against; a sub-package's conftest.py (tests/line_X/) sets its own.
+# A test of one line lives in tests/line_NAME/, whose conftest.py sets its own PATCH_LINE. This one is the line of a
+# test in tests/<concern>/ that reads a line's trees without naming one: the engine tests that use a real line's
+# trees as data, the serving tests (written for the line whose runtime the GPU machine has), and the shared modules
+# tests/line_NAME/ re-collects (test_export_pr.py, test_flashinfer_compile.py). Line-neutral tests ignore it.
 PATCH_LINE = "0.5.14"
 LOCK = load_lock(REPO / "pin.lock", PATCH_LINE)
 
