@@ -1,6 +1,6 @@
 """Ahead-of-time kernel compiles for a GPU architecture, on a machine without one.
 
-Used by tests/kernels/test_mma_aot.py, tests/kernels/test_indexer_mhc_aot.py, tests/serving/test_hc_sinkhorn.py and
+Used by tests/kernels/test_mma_aot.py, tests/kernels/test_indexer_mhc_aot.py, tests/line_0_5_14/test_hc_sinkhorn.py and
 bench/experiments/count_instructions.py. Compiles must not run under TRITON_INTERPRET (the numerics tests
 set it), so the tests compile in a subprocess: compile_in_subprocess. The gate runs under each release line's
 own Triton and under the releases it follows ahead of any line (aot_runs).

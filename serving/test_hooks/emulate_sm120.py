@@ -45,7 +45,7 @@ chosen sglang modules finish loading:
 * OVERLAY_GRAPH_SAFE_TORCH_DECODE=1 (TEST ONLY, the live comparison's `torch` reference under CUDA
   graphs) -- the tree's own PyTorch fallback `_sm120_sparse_decode_fwd` is recompiled from its source
   with each boolean-mask assignment `x[mask] = v` done as `x.masked_fill_(mask, v)`: the same values
-  (tests/serving/test_break_decode.py checks bit equality), without index_put's nonzero(), a host sync that
+  (tests/line_0_5_14/test_break_decode.py checks bit equality), without index_put's nonzero(), a host sync that
   CUDA-graph capture forbids.
 
 Everything it does is printed to stderr (the server log), prefixed with [overlay-boxhooks].
