@@ -69,14 +69,14 @@ cat "$RESULTS/env.txt" | cut -c1-300 | tail -40
 
 # P1: bench_mma_decode under the machine's Triton, then under 3.9, same seeded inputs, each also with the other
 # FP fusion setting (window 128 + extra 512 at 8/16/32/64 heads x batch 1-128, top-k 2048 at 8 and 64 heads).
-timeout -k 15 230 python3 -m bench.kernels.triton_lines --triton "$T39" --fp-fusion both --release-tree "$SLICE" \
+timeout -k 15 230 python3 -m bench.kernels.triton_lines --line 0.5.14 --triton "$T39" --fp-fusion both --release-tree "$SLICE" \
     --out "$RESULTS/p1" --budget 210 > "$RESULTS/p1.txt" 2>&1
 echo "p1 rc=$? at $((SECONDS - START)) s"
 
 # P3: the fused MHC-pre kernel's two routes, FP fusion on and off, under each Triton.
 for T in machine 3.9; do
   PP=$([ "$T" = 3.9 ] && echo "$T39")
-  PYTHONPATH=$PP timeout -k 10 80 python3 -m bench.kernels.bench_mhc_pre --kernel-only --fp-fusion both \
+  PYTHONPATH=$PP timeout -k 10 80 python3 -m bench.kernels.bench_mhc_pre --line 0.5.14 --kernel-only --fp-fusion both \
       --release-tree "$SLICE" --tokens 1,4,16,64,256,1024,4096 > "$RESULTS/mhc-$T.txt" 2>&1
   echo "mhc ($T) rc=$? at $((SECONDS - START)) s"
 done

@@ -56,7 +56,7 @@ step install-peer 60 "$RESULTS/install-peer.txt" python3 -m bench.airgapped.carr
 
 # P1: ours under the machine's Triton (the baseline, alone), then under 3.8 beside FlashInfer 0.7.2 (its decode
 # kernel up to 64 rows, its prefill path above, as 0.5.23's flash_mla_with_kvcache_sm120 routes them); same inputs.
-step p1 $((BUDGET + 30)) "$RESULTS/p1.txt" python3 -m bench.kernels.triton_lines --triton "$T38" --peer "$PEER" --out "$RESULTS/p1" \
+step p1 $((BUDGET + 30)) "$RESULTS/p1.txt" python3 -m bench.kernels.triton_lines --line 0.5.23 --triton "$T38" --peer "$PEER" --out "$RESULTS/p1" \
     --rows v41 --heads "$HEADS" --extra-topks 512,1024 --tree "$SLICE/patched" --box-without-peer --budget "$BUDGET"
 
 # P3: the fused MHC-pre against hc_pre_torch_impl (fp32) at the reached call's shape, eager and CUDA graph, per Triton.

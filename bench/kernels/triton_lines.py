@@ -234,7 +234,8 @@ def main(argv=None) -> int:
     ap.add_argument("--topk-heads", default="8,64")
     ap.add_argument("--rows", default="flash", help="bench_mma_decode's row set: flash (the batch sweep) or v41")
     ap.add_argument("--extra-topks", default="512,1024", help="--rows v41: compressed top-k widths")
-    ap.add_argument("--tree", type=Path, help="bench_mma_decode --tree: a slice of the patched 0.5.23 tree")
+    ap.add_argument("--tree", type=Path, help="bench_mma_decode --tree: a slice of the line's patched tree")
+    ap.add_argument("--line", help="bench_mma_decode --line: the release line (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--box-without-peer", action="store_true",
                     help="time ours alone under the box's Triton (the baseline); FlashInfer only in the carried "
                          "Triton's runs, where the rule is judged (a shorter first run)")
@@ -257,6 +258,7 @@ def main(argv=None) -> int:
         [{k: (str(v) if isinstance(v, Path) else v) for k, v in r.items()} for r in runs], indent=1) + "\n")
     bench_args = ["--heads", args.heads, "--batches", args.batches, "--topk-heads", args.topk_heads,
                   "--rows", args.rows, "--extra-topks", args.extra_topks, "--fp-fusion", args.fp_fusion]
+    bench_args += ["--line", args.line] if args.line else []
     bench_args += ["--tree", str(args.tree.resolve())] if args.tree else []
     bench_args += ["--release-tree", str(args.release_tree.resolve())] if args.release_tree else []
     deadline = time.time() + args.budget
