@@ -9,7 +9,7 @@ Columns (us, median of --repeats x mean of --iters replays, the bench_mhc_pre.py
   err             worst error of every variant over the bf16 bound (<= 1 passes)
 Floors: graph replay of one no-op launch, two, two with PDL.
 
-    PATCHKIT_CACHE=.carry python3 -m bench.experiments.mhc_graph_sweep [--tokens ...]
+    PATCHKIT_CACHE=.carry python3 -m bench.experiments.mhc_graph_sweep --line 0.5.14 [--tokens ...]
 """
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ from bench.kernels.bench_mhc_pre import bound_ratio, median_us
 from bench.experiments import mhc_graph_variants as V
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
+from harness.line_files import NotOnLine, exit_not_on_line, line_file
 from harness.upstream import load_kernel
+from patchkit.lockfile import load_lock
+from serving import REPO
 
 
 def kernel_spans(graph, replays: int = 20):
@@ -64,11 +67,18 @@ def main() -> None:
                          " kN sets the K slice (two-launch only)")
     ap.add_argument("--profile", default="", help="T values whose graphs are also profiled (kernel durations)")
     ap.add_argument("--profile-variants", default="2L p2,2L+pdl p2,1S p1")
+    ap.add_argument("--line", default=None, help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE); "
+                    "a line that retired P3 is refused with its reason")
     args = ap.parse_args()
+    lock = load_lock(REPO / "pin.lock", args.line)
+    try:
+        kernel = line_file(lock, "mhc_pre_triton.py")
+    except NotOnLine as exc:
+        exit_not_on_line("mhc_graph_sweep", exc)
 
-    pristine, patched = C.upstream_trees()
+    pristine, patched = C.upstream_trees(line=lock.line)
     fp32 = C.hc_pre_torch_impl(pristine)
-    ov = load_kernel(patched / C.MHC_PRE_TRITON, "mhc_overlay_sweep")
+    ov = load_kernel(kernel.in_tree(patched), "mhc_overlay_sweep")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print("date:", datetime.date.today().isoformat(), "| GPU:", torch.cuda.get_device_name(), "| SMs", sms,
           "| torch", torch.__version__, "| triton", triton.__version__)

@@ -3,7 +3,9 @@ spill comes from Triton's PTX or from its ptxas: each shape's PTX goes through t
 --other-ptxas, through another release's too (bench/notes/mma_decode_notes.md, "Triton 3.8").
 
     env -u TRITON_INTERPRET .venv-triton38/bin/python -m bench.experiments.triton_spill_sweep \
-        --other-ptxas .venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas-blackwell
+        --other-ptxas .venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas-blackwell [--line NAME]
+
+--line: whose P1 kernel file (default: the newest line, or PATCHKIT_LINE; harness/line_files.py).
 """
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ import argparse
 from pathlib import Path
 
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
+from harness.line_files import overlay_file
 from harness.upstream import load_kernel
+from patchkit.lockfile import load_lock
 from serving import REPO
 
-KERNEL = REPO / "overlay/0.5.23/sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
+KERNEL = "flash_mla_sm120_mma.py"   # P1, the line's overlay file
 SHAPES = ((16, 16), (16, 32), (16, 64), (32, 16), (32, 32))
 
 
@@ -31,9 +35,12 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--other-ptxas", help="another Triton release's ptxas-blackwell, for the cross-check")
+    ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     args = ap.parse_args()
-    mod = load_kernel(KERNEL, "mma_sweep")
-    print(f"triton {triton.__version__}, sm_120, two caches (window + compressed), unsplit; kernel {KERNEL.name}")
+    lock = load_lock(REPO / "pin.lock", args.line)
+    mod = load_kernel(overlay_file(lock, KERNEL), "mma_sweep")
+    print(f"triton {triton.__version__}, sm_120, two caches (window + compressed), unsplit; kernel {KERNEL} "
+          f"of line {lock.line}")
     print("| BLOCK_H | BLOCK_T | warps | stages | shared B | regs | spill stores B | stack-free | other ptxas |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for bh, bt in SHAPES:
