@@ -11,8 +11,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.lockfile import tomllib
+from patchkit import PatchkitError
+from patchkit.lockfile import load_lock, tomllib
 from patchkit.pr.retired import load_records
+from serving import REPO
 
 DATA = Path(__file__).with_name("line_files.toml")
 KINDS = ("overlay", "upstream", "retired")
@@ -41,6 +43,16 @@ class LineFile:
     def in_tree(self, tree: Path) -> Path:
         """The file in a tree of this line (an unpacked wheel, a patched tree, a tree slice)."""
         return Path(tree) / self.path
+
+
+def command_lock(line: str | None):
+    """The Lock of a command's --line (None: the newest line, or PATCHKIT_LINE, as apply.py picks it), read once at
+    its entry point; a name pin.lock lacks is one line on stderr and exit 2."""
+    try:
+        return load_lock(REPO / "pin.lock", line)
+    except PatchkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _lock(where):

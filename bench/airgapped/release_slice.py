@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from harness.upstream import COMMON, CUSTOM_OP, _logging_module, _release_reader
-from patchkit.lockfile import load_lock
+from harness.line_files import command_lock
 from serving import REPO
 
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     ap.add_argument("--out", type=Path, help="default: build/release-slice-LINE")
     args = ap.parse_args(argv)
-    line = load_lock(REPO / "pin.lock", args.line).line
+    line = command_lock(args.line).line
     out = args.out or REPO / "build" / f"release-slice-{line}"
     files = write_slice(line, out)
     print(f"{out}: {', '.join(files)} of the pinned sglang of line {line}")

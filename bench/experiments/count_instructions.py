@@ -29,9 +29,8 @@ from pathlib import Path
 # The shipped kernel's signature, production specialisation and compile / ptxas helpers, as the
 # AOT test uses them.
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
-from harness.line_files import overlay_file
+from harness.line_files import command_lock, overlay_file
 from harness.upstream import load_kernel
-from patchkit.lockfile import load_lock
 from serving import REPO
 
 KERNEL = "flash_mla_sm120_mma.py"   # P1, the line's overlay file
@@ -154,7 +153,7 @@ def main() -> None:
                     help="more configs of the shipped kernel, BLOCK_H,BLOCK_T,warps,stages e.g. 16,32,8,1")
     args = ap.parse_args()
     extra = [tuple(int(x) for x in e.split(",")) for e in args.extra]
-    rows = measure(load_lock(REPO / "pin.lock", args.line), only=args.configs, extra=extra)
+    rows = measure(command_lock(args.line), only=args.configs, extra=extra)
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

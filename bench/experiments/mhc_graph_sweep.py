@@ -24,9 +24,8 @@ from bench.kernels.bench_mhc_pre import bound_ratio, median_us
 from bench.experiments import mhc_graph_variants as V
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
-from harness.line_files import NotOnLine, exit_not_on_line, line_file
+from harness.line_files import command_lock, exit_not_on_line, line_file, NotOnLine
 from harness.upstream import load_kernel
-from patchkit.lockfile import load_lock
 from serving import REPO
 
 
@@ -70,7 +69,7 @@ def main() -> None:
     ap.add_argument("--line", default=None, help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE); "
                     "a line that retired P3 is refused with its reason")
     args = ap.parse_args()
-    lock = load_lock(REPO / "pin.lock", args.line)
+    lock = command_lock(args.line)
     try:
         kernel = line_file(lock, "mhc_pre_triton.py")
     except NotOnLine as exc:

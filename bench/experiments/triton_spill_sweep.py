@@ -13,9 +13,8 @@ import argparse
 from pathlib import Path
 
 from harness.aot import DIV16, MAIN_SIGNATURE, compile_kernel, decode_constexprs, ptxas_report
-from harness.line_files import overlay_file
+from harness.line_files import command_lock, overlay_file
 from harness.upstream import load_kernel
-from patchkit.lockfile import load_lock
 from serving import REPO
 
 KERNEL = "flash_mla_sm120_mma.py"   # P1, the line's overlay file
@@ -37,7 +36,7 @@ def main() -> None:
     ap.add_argument("--other-ptxas", help="another Triton release's ptxas-blackwell, for the cross-check")
     ap.add_argument("--line", help="the release line of pin.lock (default: the newest, or PATCHKIT_LINE)")
     args = ap.parse_args()
-    lock = load_lock(REPO / "pin.lock", args.line)
+    lock = command_lock(args.line)
     mod = load_kernel(overlay_file(lock, KERNEL), "mma_sweep")
     print(f"triton {triton.__version__}, sm_120, two caches (window + compressed), unsplit; kernel {KERNEL} "
           f"of line {lock.line}")

@@ -32,9 +32,8 @@ import triton
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
-from harness.line_files import NotOnLine, exit_not_on_line, line_file
+from harness.line_files import command_lock, exit_not_on_line, line_file, NotOnLine
 from harness.upstream import load_module
-from patchkit.lockfile import load_lock
 from serving import REPO
 
 KERNEL = "paged_mqa_logits_triton.py"   # P4's length-bounded kernel, the line's overlay file
@@ -65,7 +64,7 @@ def main() -> None:
     ap.add_argument("--configs", default="", help="comma-separated INDEXER_CONFIGS names to time too")
     ap.add_argument("--fallbacks", default="fp32,bf16", help="torch fallbacks to time: fp32 (pinned), bf16 (P2); '' for none")
     args = ap.parse_args()
-    lock = load_lock(REPO / "pin.lock", args.line)
+    lock = command_lock(args.line)
     try:
         kernel = line_file(lock, KERNEL)
     except NotOnLine as exc:

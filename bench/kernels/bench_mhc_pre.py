@@ -47,9 +47,8 @@ from bench.kernels import v41_rows as V41
 from bench.command import command_line
 from bench.timing import capture_graph, event_ms
 from harness import dsv4_indexer_cases as C
-from harness.line_files import NotOnLine, exit_not_on_line, line_path, overlay_file
+from harness.line_files import command_lock, exit_not_on_line, line_path, NotOnLine, overlay_file
 from harness.upstream import load_kernel
-from patchkit.lockfile import load_lock
 from serving import REPO
 
 KERNEL = "mhc_pre_triton.py"   # P3's fused kernel, the line's overlay file
@@ -171,7 +170,7 @@ def main() -> None:
     ap.add_argument("--release-tree", type=Path,
                     help="with --kernel-only: the release's register_custom_op files (bench/airgapped/release_slice.py)")
     args = ap.parse_args()
-    lock = load_lock(REPO / "pin.lock", args.line)
+    lock = command_lock(args.line)
     try:
         shipped = overlay_file(lock, KERNEL)
     except NotOnLine as exc:

@@ -42,10 +42,9 @@ import torch
 from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
                                   make_pool, print_header, reference_f64, rel_err)
 from bench.kernels import v41_rows as V41
-from harness.line_files import line_file, line_path, overlay_file
+from harness.line_files import command_lock, line_file, line_path, overlay_file
 from harness.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
-from patchkit.lockfile import load_lock
 from serving import REPO
 
 
@@ -141,7 +140,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.tree and args.release_tree:
         ap.error("expected --tree or --release-tree (a tree slice holds its release's register_custom_op), found both")
-    lock = load_lock(REPO / "pin.lock", args.line)
+    lock = command_lock(args.line)
     if args.plot_from:
         replot(args.plot_from, args.plot or REPO / "docs/mma_decode_bench.png", lock)
         return

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bench.kernels import bench_mma_decode as B  # pools, inputs, graph timing, the line's P1 kernel
-from patchkit.lockfile import load_lock
+from harness.line_files import command_lock
 from serving import REPO
 
 PADDED = 64
@@ -65,10 +65,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "build" / "bench"), help="where the JSON goes")
     ap.add_argument("--line", help="the release line of pin.lock whose P1 kernel runs (default: the newest, or PATCHKIT_LINE)")
     args = ap.parse_args()
+    lock = command_lock(args.line)     # a wrong --line: one line, nothing made
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     B.print_header()
-    mma = B.load_ours(load_lock(REPO / "pin.lock", args.line))
+    mma = B.load_ours(lock)
     gen = torch.Generator(device="cuda").manual_seed(0)
     pools = {256: B.make_pool(16384, 256, gen), 64: B.make_pool(32768, 64, gen)}
 

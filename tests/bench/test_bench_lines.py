@@ -92,3 +92,16 @@ def test_a_bench_whose_patch_the_line_retired_says_why_and_exits_3(bench, monkey
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 3 and len(err) == 1 and err[0].startswith(f"{bench}: ") \
         and "not on line 0.5.23: retired (P" in err[0], err
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_a_line_pin_lock_lacks_is_one_line_and_exit_2_before_anything_is_made(bench, monkeypatch, capsys, tmp_path):
+    module = importlib.import_module(f"bench.kernels.{bench}")
+    monkeypatch.setattr("sys.argv", [bench, "--line", "0.4.0", *(["--out", str(tmp_path / "o")]
+                                                                  if bench in ("bench_mma_decode", "bench_unpadded_heads") else [])])
+    with pytest.raises(SystemExit) as exc:
+        module.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "expected a release line of" in err[0] \
+        and "found --line '0.4.0'" in err[0], err
+    assert not (tmp_path / "o").exists()
