@@ -303,8 +303,10 @@ def main(argv=None) -> int:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--computed", action="store_true", help="print the computed tables (no GPU)")
     mode.add_argument("--gpu", type=Path, metavar="RESULTS_DIR", help="time the paths on a GPU, raw output there")
-    ap.add_argument("--tree", type=Path, help="--gpu: an unpacked pristine 0.5.23 tree (default: build/carry-slice "
-                    "installed, or the pinned wheel)")
+    ap.add_argument("--slice", type=Path, metavar="PAYLOAD", help="--gpu: `make carry-slice LINE=0.5.23`'s payload "
+                    "(build/carry-slice-0.5.23), unpacked into a scratch folder")
+    ap.add_argument("--tree", type=Path, help="--gpu: an unpacked pristine 0.5.23 tree instead (default: built from "
+                    "the pinned wheel in patchkit's cache)")
     ap.add_argument("--budget", type=float, default=200.0, help="--gpu: seconds before the remaining shapes are skipped")
     args = ap.parse_args(argv)
     if args.computed:
@@ -312,7 +314,7 @@ def main(argv=None) -> int:
         return 0
     from bench.kernels import v41_candidate_gpu
 
-    return v41_candidate_gpu.run(args.gpu, args.tree, args.budget)
+    return v41_candidate_gpu.run(args.gpu, args.tree, args.budget, args.slice)
 
 
 if __name__ == "__main__":
