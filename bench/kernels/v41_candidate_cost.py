@@ -2,7 +2,7 @@
 measured here): the release's generic path, the per-real-length path, and a sparse-table kernel for comparison.
 
     python3 -m bench.kernels.v41_candidate_cost --computed          # the tables, labelled COMPUTED
-    python3 -m bench.kernels.v41_candidate_cost --gpu RESULTS_DIR   # the timing run (bench/kernels/v41_candidate_gpu.py)
+    python3 -m bench.kernels.v41_candidate_gpu RESULTS_DIR --slice build/carry-slice-0.5.23   # the GPU timing
 
 The three paths, per candidate layer, read from SGLang 0.5.23's sources (layers/attention/dsv4/v41_indexer/):
 - generic: what the release runs off sm_90 without DeepGEMM's sparse table (`scoring.decode_scores`' torch branch,
@@ -30,7 +30,6 @@ import argparse
 import platform
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 # DeepSeek-V4.1-Flash's text config as public ports of its config.json read it (an mlx-lm port's test fixture
 # naming revision deepseek-ai/DeepSeek-V4.1-Flash@dba1be0a, a vllm-gaudi test; they agree on every field here).
@@ -233,11 +232,10 @@ def _mb(nbytes: int) -> str:
 
 
 def table(rows: list[Shape], cfg: dict = V41_FLASH) -> list[str]:
-    src, consumers = candidate_layers(cfg)
-    out = [f"| context | step | rows | generic src MB | generic cons MB | real src MB | real cons MB | sparse cons MB "
-           f"| generic ms | real ms | sparse ms | generic % | real % | sparse % |",
+    out = ["| context | step | rows | generic src MB | generic cons MB | real src MB | real cons MB | sparse cons MB "
+           "| generic ms | real ms | sparse ms | generic % | real % | sparse % |",
            "|---|---|---:|" + "---:|" * 11]
-    for s in rows:  # noqa: F402
+    for s in rows:
         lb, sb = layer_bytes(s, cfg), step_bytes(s, cfg)
         t = {k: ms(v) for k, v in sb.items()}
         ctx = _tokens(s.context) + ("" if s.real == s.context else f" (real {_tokens(s.real)})")
@@ -272,10 +270,13 @@ def assumptions(cfg: dict = V41_FLASH) -> list[str]:
 
 def computed_report(cfg: dict = V41_FLASH) -> str:
     from bench.command import command_line
+    from patchkit.lockfile import load_lock
+    from serving import REPO
 
+    sglang = load_lock(REPO / "pin.lock", "0.5.23").upstream("sglang")
     lines = [f"COMPUTED, NOT MEASURED: {command_line()}",
-             f"python {platform.python_version()}; model: SGLang 0.5.23's v41_indexer sources; "
-             "config: DeepSeek-V4.1-Flash as public ports read it"]
+             f"python {platform.python_version()}; model: the v41_indexer sources of sglang {sglang.version} "
+             f"({sglang.artifact}, sha256 {sglang.sha256[:12]}); config: DeepSeek-V4.1-Flash as public ports read it"]
     lines += [f"assumption: {a}" for a in assumptions(cfg)]
     lines += ["", "## per layer (MB a call) and per decode step over all candidate layers (ms at 1.8 TB/s, % of "
               f"{STEP_MS:g} ms), real length = context", ""]
@@ -300,21 +301,10 @@ def computed_report(cfg: dict = V41_FLASH) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--computed", action="store_true", help="print the computed tables (no GPU)")
-    mode.add_argument("--gpu", type=Path, metavar="RESULTS_DIR", help="time the paths on a GPU, raw output there")
-    ap.add_argument("--slice", type=Path, metavar="PAYLOAD", help="--gpu: `make carry-slice LINE=0.5.23`'s payload "
-                    "(build/carry-slice-0.5.23), unpacked into a scratch folder")
-    ap.add_argument("--tree", type=Path, help="--gpu: an unpacked pristine 0.5.23 tree instead (default: built from "
-                    "the pinned wheel in patchkit's cache)")
-    ap.add_argument("--budget", type=float, default=200.0, help="--gpu: seconds before the remaining shapes are skipped")
-    args = ap.parse_args(argv)
-    if args.computed:
-        print(computed_report())
-        return 0
-    from bench.kernels import v41_candidate_gpu
-
-    return v41_candidate_gpu.run(args.gpu, args.tree, args.budget, args.slice)
+    ap.add_argument("--computed", action="store_true", required=True, help="print the computed tables (no GPU)")
+    ap.parse_args(argv)
+    print(computed_report())
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """DeepSeek-V4.1-Flash's candidate layers timed on a GPU, one CUDA graph per layer call (the release captures its
-decode and verify forwards): `python3 -m bench.kernels.v41_candidate_cost --gpu RESULTS_DIR --slice PAYLOAD`.
+decode and verify forwards), raw output written to RESULTS_DIR:
+
+    python3 -m bench.kernels.v41_candidate_gpu RESULTS_DIR --slice build/carry-slice-0.5.23 [--budget 200]
+
 
 What runs, every function compiled out of SGLang 0.5.23's own files (a tree, or `make carry-slice`'s payload):
 - generic: the release's `DenseBlocksBackend.publish_decode` (the source layer) and `consume_decode` (a consumer)
@@ -19,6 +22,7 @@ Inputs are random; the times do not depend on the values. Per step = the source 
 from __future__ import annotations
 
 import __future__
+import argparse
 import ast
 import json
 import platform
@@ -316,7 +320,7 @@ def run(results: Path, tree: Path | None, budget: float, payload: Path | None = 
                 row[f"{path} step ms"] = row[f"{path} source ms"] + len(consumers) * row[f"{path} consumer ms"]
                 del src, cons
                 torch.cuda.empty_cache()
-        except torch.cuda.OutOfMemoryError as exc:       # noqa: PERF203 - one shape's failure, the rest still run
+        except torch.cuda.OutOfMemoryError as exc:       # one shape's failure; the rest still run
             row["error"] = f"out of memory: {str(exc).splitlines()[0]}"
             torch.cuda.empty_cache()
         rows.append(row)
@@ -336,3 +340,19 @@ def run(results: Path, tree: Path | None, budget: float, payload: Path | None = 
                                                                indent=1) + "\n")
     print("\n".join(lines[len(head):]))
     return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, metavar="RESULTS_DIR", help="where the raw output goes (created)")
+    ap.add_argument("--slice", type=Path, metavar="PAYLOAD", help="`make carry-slice LINE=0.5.23`'s payload "
+                    "(build/carry-slice-0.5.23), unpacked into a scratch folder")
+    ap.add_argument("--tree", type=Path, help="an unpacked pristine 0.5.23 tree instead (default: built from the "
+                    "pinned wheel in patchkit's cache)")
+    ap.add_argument("--budget", type=float, default=200.0, help="seconds of shapes; the rest are listed as skipped")
+    args = ap.parse_args(argv)
+    return run(args.results, args.tree, args.budget, args.slice)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

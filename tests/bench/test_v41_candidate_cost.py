@@ -107,7 +107,7 @@ def test_the_gpu_modes_shapes_import_without_a_gpu():
 
 
 def test_the_gpu_mode_without_a_gpu_says_so_in_one_line(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "bench.kernels.v41_candidate_cost", "--gpu", str(tmp_path / "out")],
+    run = subprocess.run([sys.executable, "-m", "bench.kernels.v41_candidate_gpu", str(tmp_path / "out")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert run.stderr.strip() == "v41_candidate_gpu: expected a CUDA GPU, found none"
