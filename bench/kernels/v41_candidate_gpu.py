@@ -33,10 +33,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bench.kernels.v41_candidate_cost import (
-    V41_FLASH,
     BATCHES,
+    V41_FLASH,
     VERIFY_TOKENS,
+    Shape,
     candidate_layers,
+    layer_bytes,
 )
 
 SCORING = "sglang/srt/layers/attention/dsv4/v41_indexer/scoring.py"
@@ -255,6 +257,25 @@ def time_graph(fn, iters: int) -> float:
         del graph
 
 
+def copy_gbps(nbytes: int = 1 << 30) -> float:
+    """The machine's device-to-device copy rate (read + write), GB/s: the floor the computed bytes divide by."""
+    import torch
+
+    from bench.timing import event_ms
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    best = min(event_ms(lambda: dst.copy_(src), 10) for _ in range(3))
+    return 2 * nbytes / best / 1e6
+
+
+def computed_rates(row: dict) -> dict:
+    """The computed bytes of the generic path's calls (v41_candidate_cost) over their measured times, GB/s."""
+    lb = layer_bytes(Shape(row["width"], row["real"], row["requests"], row["rows"], row["kind"]))
+    return {f"generic {part} GB/s": lb[f"generic {part}"] / row[f"generic {part} ms"] / 1e6
+            for part in ("source", "consumer") if f"generic {part} ms" in row}
+
+
 def install_slice(payload: Path) -> Path:
     """A `make carry-slice` payload unpacked into a scratch folder: its pristine tree."""
     from bench.airgapped.carry import install
@@ -295,6 +316,9 @@ def run(results: Path, tree: Path | None, budget: float, payload: Path | None = 
             "real-length columns: STAND-IN logits (fp4_index_logits_paged for DeepGEMM's) and, at the source, "
             "STAND-IN selection (torch at graph width for amax_topk_blocks + top-k v2); see the module doc",
             f"per step = source + {len(consumers)} consumers; ms per CUDA-graph replay, mean of the timed replays"]
+    copy = copy_gbps()
+    head.append(f"device-to-device copy: {copy:.0f} GB/s (read + write); the generic path's computed bytes over its "
+                "measured time in the GB/s columns")
     print("\n".join(head), flush=True)
     rows, skipped, start = [], [], time.monotonic()
     pools: dict[int, Pool] = {}
@@ -323,18 +347,22 @@ def run(results: Path, tree: Path | None, budget: float, payload: Path | None = 
         except torch.cuda.OutOfMemoryError as exc:       # one shape's failure; the rest still run
             row["error"] = f"out of memory: {str(exc).splitlines()[0]}"
             torch.cuda.empty_cache()
+        row.update(computed_rates(row))
         rows.append(row)
         print(json.dumps(row), flush=True)
     lines = head + ["", "| width | real | step | rows | generic src | generic cons | generic step | real src* "
-                        "| real cons* | real step* |", "|---|---|---|---:|" + "---:|" * 6]
+                        "| real cons* | real step* | generic src GB/s | generic cons GB/s |",
+                    "|---|---|---|---:|" + "---:|" * 8]
     for r in rows:
         label = f"B{r['requests']}" + (f"x{VERIFY_TOKENS}" if r["kind"] == "verify" else "")
         cells = [f"{r[k]:.3f}" if k in r else "-" for k in
                  ("generic source ms", "generic consumer ms", "generic step ms", "real source ms",
                   "real consumer ms", "real step ms")]
+        cells += [f"{r[k]:.0f}" if k in r else "-" for k in ("generic source GB/s", "generic consumer GB/s")]
         lines.append(f"| {r['width'] >> 10}K | {r['real'] >> 10}K | {label} | {r['rows']} | " + " | ".join(cells) + " |")
     lines += ["", "* STAND-INs (module doc). " + (f"skipped past the {budget:g} s budget: {len(skipped)} shapes"
-                                                  if skipped else "every shape ran")]
+                                                  if skipped else "every shape ran")
+              + f"; shapes took {time.monotonic() - start:.0f} s"]
     (results / "v41-candidate-gpu.txt").write_text("\n".join(lines) + "\n")
     (results / "v41-candidate-gpu.json").write_text(json.dumps({"head": head, "rows": rows, "skipped": skipped},
                                                                indent=1) + "\n")
