@@ -10,7 +10,8 @@ pinned sglang and flashinfer wheels, which do not fit beside a carried Triton. W
 - bench_mhc_pre --pristine-root OUT/pristine --patched-root OUT/patched: deepseek_v4.py (hc_pre_torch_impl is
   compiled out of it), environ.py (its switches), the fused MHC-pre kernel file, register_custom_op's files.
 The dispatcher and the per-head kernel come too, so that 0.5.23's flash_mla_with_kvcache_sm120 can be loaded
-from the slice as tests/line_0_5_23/p1_tree.py does.
+from the slice as tests/line_0_5_23/p1_tree.py does; and the V4.1 candidate indexer's files
+(bench/kernels/v41_candidate_gpu.py TREE_FILES) for `v41_candidate_cost --gpu`.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from bench.kernels.v41_candidate_gpu import TREE_FILES as V41_CANDIDATE_FILES
 from harness.upstream import release_custom_op_files
 
 FILES = (
@@ -29,6 +31,7 @@ FILES = (
     "sglang/kernels/ops/layernorm/mhc_pre_triton.py",
     "sglang/srt/environ.py",
     "sglang/srt/models/deepseek_v4.py",
+    *V41_CANDIDATE_FILES,
 )
 STAMP = "SLICE.sha256"
 
