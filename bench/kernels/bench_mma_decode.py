@@ -40,7 +40,7 @@ import torch
 from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_bandwidth, graph_time_us,
                                   make_pool, print_header, reference_f64, rel_err)
 from bench.kernels import v41_rows as V41
-from harness.mma_decode_cases import kernel_view
+from serving.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
 from patchkit.lockfile import load_lock
 from serving import REPO
