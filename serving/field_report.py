@@ -137,7 +137,11 @@ def ingest(path: Path, engine, runs: Path, say=print) -> int:
         (stage / "RUN.md").write_text(run_md(report, names))
         new_index = _with_row(text, row)
         stage.rename(dest)
-    index.write_text(new_index)
+    try:
+        index.write_text(new_index)
+    except OSError:
+        shutil.rmtree(dest)        # the folder and its index row go together, or neither
+        raise
     say(f"field-report: filed {dest}/ (RUN.md, {', '.join(names)}) and listed it in {index}")
     say("field-report: the BENCHMARKS.md row it would add (user-submitted):")
     say(benchmarks_row(report, folder))
