@@ -182,12 +182,11 @@ def run(report: dict, source, torch, out: Path, say=print, model: str | None = N
             + (" (OVERLAY_EMULATE_SM120=1: TEST ONLY)" if facts["emulate_sm120"] else ""))
     budget = K.Budget(kernel_budget)
     rows = R.p1_rows() if rows is None else rows
-    say(f"field-check: p1 ({len(rows)} rows against float64 through {source.where})")
-    st["p1"] = K.stage_p1(source, rows, budget, say)
+    say(f"field-check: p1 and release ({len(rows)} rows against float64 through {source.where}; "
+        f"beside each, {source.line.release_label} on the same inputs)")
+    st["p1"], st["release"] = K.stage_rows(source, rows, facts, budget, say)
     say("field-check: graphs (capture and replay of decode and verify)")
     st["graphs"] = K.stage_graphs(source, budget, say)
-    say(f"field-check: release ({source.line.release_label}, the same inputs)")
-    st["release"] = K.stage_release(source, rows, facts, budget, say)
     say("field-check: routing")
     st["routing"] = K.stage_routing(source, st["p1"], st["release"], say)
     say("field-check: indexer")

@@ -108,6 +108,14 @@ class InstalledCall:
         return nullcontext()
 
 
+def module_for(source, backend: str):
+    """The source's module for `backend`, loaded once per run (a fresh load re-creates every kernel object)."""
+    cache = source.__dict__.setdefault("_field_modules", {})
+    if backend not in cache:
+        cache[backend] = source.load(backend)
+    return cache[backend]
+
+
 def call(source, module, kw: dict):
     """The line's own call, as the DSv4 backend makes it (keywords of flash_mla_with_kvcache_sm120)."""
     with source.calling(module):
@@ -136,29 +144,37 @@ def checked_rows(n: int) -> list[int]:
     return sorted({0, 1, n - 1, *(int(i * step) for i in range(R.CHECKED_ROWS - 2))})[: R.CHECKED_ROWS]
 
 
-def against_f64(case, out, lse, check_lse: bool = True) -> dict:
-    """err_f64 and lse_err of a call's output at checked_rows, and pass/fail by the GPU tests' thresholds. The
-    log-sum-exp counts for P1 alone (as in the GPU tests): the release's paths return theirs without the sink."""
-    import dataclasses
+class Reference:
+    """The float64 reference of a case at checked_rows, computed once and judged against every backend's output."""
 
-    import torch
+    def __init__(self, case):
+        import dataclasses
 
-    from .mma_decode_cases import LSE_ABS_TOL, REL_TOL, lse_error, reference_f64, rel_err
+        import torch
 
-    rows = checked_rows(case.q.shape[0])
-    pick = torch.tensor(rows, device=case.q.device)
-    part = dataclasses.replace(
-        case, q=case.q[pick], indices=case.indices[pick],
-        topk_length=None if case.topk_length is None else case.topk_length[pick],
-        extra_indices=None if case.extra_indices is None else case.extra_indices[pick],
-        extra_topk_length=None if case.extra_topk_length is None else case.extra_topk_length[pick])
-    ref, ref_lse = reference_f64(part)
-    err = rel_err(out[pick], ref)
-    lerr = lse_error(lse[pick], ref_lse)
-    nan = bool(out.isnan().any())
-    ok = not nan and err < REL_TOL and (lerr < LSE_ABS_TOL or not check_lse)
-    return {"err_f64": err, "lse_err": lerr, "nan": nan, "checked_rows": len(rows),
-            "status": "pass" if ok else "fail"}
+        from .mma_decode_cases import reference_f64
+
+        self.rows = checked_rows(case.q.shape[0])
+        self.pick = torch.tensor(self.rows, device=case.q.device)
+        pick = self.pick
+        part = dataclasses.replace(
+            case, q=case.q[pick], indices=case.indices[pick],
+            topk_length=None if case.topk_length is None else case.topk_length[pick],
+            extra_indices=None if case.extra_indices is None else case.extra_indices[pick],
+            extra_topk_length=None if case.extra_topk_length is None else case.extra_topk_length[pick])
+        self.out, self.lse = reference_f64(part)
+
+    def judge(self, out, lse, check_lse: bool = True) -> dict:
+        """err_f64 and lse_err of a call's output, and pass/fail by the GPU tests' thresholds. The log-sum-exp
+        counts for P1 alone (as in the GPU tests): the release's paths return theirs without the sink."""
+        from .mma_decode_cases import LSE_ABS_TOL, REL_TOL, lse_error, rel_err
+
+        err = rel_err(out[self.pick], self.out)
+        lerr = lse_error(lse[self.pick], self.lse)
+        nan = bool(out.isnan().any())
+        ok = not nan and err < REL_TOL and (lerr < LSE_ABS_TOL or not check_lse)
+        return {"err_f64": err, "lse_err": lerr, "nan": nan, "checked_rows": len(self.rows),
+                "status": "pass" if ok else "fail"}
 
 
 def time_ms(fn, iters: int = 20) -> float:
@@ -196,60 +212,59 @@ def classify(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
 
 
-def run_backend(source, backend: str, row: R.Row, seed: int, check_lse: bool = True) -> dict:
-    """One row through one backend: its float64 check and its time."""
+def run_backend(source, backend: str, case, ref: Reference | None, check_lse: bool) -> tuple[dict, Reference]:
+    """One case through one backend: its float64 check (the reference built on first use) and its time."""
     import torch
 
-    module = source.load(backend)      # first: a missing kernel is the row's reason, before any input is built
-    case = case_for(row, seed)
+    module = module_for(source, backend)
     kw = case.kwargs()
     out, lse = call(source, module, kw)
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-    result = against_f64(case, out, lse, check_lse)
+    ref = ref or Reference(case)
+    result = ref.judge(out, lse, check_lse)
     result["ms"] = time_ms(lambda: call(source, module, kw))
-    return result
+    return result, ref
 
 
-# -- the stages ------------------------------------------------------------------------------------
-
-def stage_p1(source, rows, budget: Budget, say) -> list[dict]:
-    out = []
+def stage_rows(source, rows, facts: dict, budget: Budget, say) -> tuple[list[dict], list[dict]]:
+    """Each row through P1 and then the release's own path, on the same inputs against one float64 reference:
+    (p1 rows, release rows)."""
+    line = source.line
+    p1_out, rel_out = [], []
+    release_off = (f"not sm_12x ({facts['sm']}): {line.release_label} run on sm_12x alone"
+                   if line.release_sm12x_only and not is_sm12x(facts) else None)
     for i, row in enumerate(rows):
         base = row.as_dict()
         if budget.spent():
-            out.append(skipped(budget.spent(), **base))
+            p1_out.append(skipped(budget.spent(), **base))
+            rel_out.append(skipped(release_off or budget.spent(), **base, ran=False))
             continue
+        case = ref = None
         try:
-            result = {**base, **run_backend(source, source.line.p1, row, seed=i)}
+            module_for(source, line.p1)      # first: a missing kernel is the row's reason, before any input is built
+            case = case_for(row, seed=i)
+            got, ref = run_backend(source, line.p1, case, None, check_lse=True)
+            result = {**base, **got}
         except Exception as exc:   # the row says why; the report goes on
             result = skipped(classify(exc), **base)
-        out.append(result)
+        p1_out.append(result)
         say(f"  p1 {row.label}: {_brief(result)}")
-    return out
-
-
-def stage_release(source, rows, facts: dict, budget: Budget, say) -> list[dict]:
-    line = source.line
-    out = []
-    for i, row in enumerate(rows):
-        base = row.as_dict()
-        if line.release_sm12x_only and not is_sm12x(facts):
-            out.append(skipped(f"not sm_12x ({facts['sm']}): {line.release_label} run on sm_12x alone", **base))
-            continue
-        if budget.spent():
-            out.append(skipped(budget.spent(), **base))
+        if release_off:
+            rel_out.append(skipped(release_off, **base, ran=False))
             continue
         try:
-            result = {**base, **run_backend(source, line.release, row, seed=i, check_lse=False), "ran": True}
+            module_for(source, line.release)
+            case = case or case_for(row, seed=i)
+            got, ref = run_backend(source, line.release, case, ref, check_lse=False)
+            result = {**base, **got, "ran": True}
         except Exception as exc:
             result = {**skipped(classify(exc), **base), "ran": False, "error": classify(exc)}
-        out.append(result)
+        rel_out.append(result)
         say(f"  release {row.label}: {_brief(result)}")
-    skipped_all = [r for r in out if r["status"] == "skipped"]
-    if skipped_all and len(skipped_all) == len(out):
-        say(f"  release: every row skipped ({out[0]['reason']})")
-    return out
+    if release_off:
+        say(f"  release: every row skipped ({release_off})")
+    return p1_out, rel_out
 
 
 def stage_graphs(source, budget: Budget, say) -> list[dict]:
@@ -266,7 +281,7 @@ def stage_graphs(source, budget: Budget, say) -> list[dict]:
             out.append(skipped(budget.spent(), **base))
             continue
         try:
-            module = source.load(source.line.p1)
+            module = module_for(source, source.line.p1)
             cases = [make_case(rows, heads, R.WINDOW, extra_topk=512, seed=100 + s, device=DEVICE,
                                num_pages=max(32, rows // 2)) for s in range(3)]
             static = GraphInputs(cases[0])
@@ -298,7 +313,7 @@ def stage_routing(source, p1: list[dict], release: list[dict], say) -> dict:
     if not line.routes:
         return skipped(f"the line routes no default by rows ({line.module} has no SM120_DEFAULT_ROUTES)")
     try:
-        shipped = tuple(getattr(source.load(line.p1), "SM120_DEFAULT_ROUTES"))
+        shipped = tuple(getattr(module_for(source, line.p1), "SM120_DEFAULT_ROUTES"))
     except Exception as exc:
         return skipped(classify(exc))
     timed = [{"rows": a["rows"], "p1_ms": a.get("ms"), "p1_pass": a["status"] == "pass",

@@ -163,10 +163,11 @@ def test_a_row_runs_the_releases_own_call_against_float64(pristine_root, monkeyp
     line = R.LineCall(R.LINES["0.5.14"].module, "SGLANG_SM120_TRITON_FLASHMLA", "1", "0", "torch", False, False)
     row = R.Row("tiny", "V4-Flash", "decode", 3, 8, 16, 32, 64, 2)
     said = []
-    (got,) = K.stage_release(TreeCall(line), [row], {"cc": "9.0", "sm": "sm_90"}, K.Budget(600), said.append)
+    (p1,), (got,) = K.stage_rows(TreeCall(line), [row], {"cc": "9.0", "sm": "sm_90"}, K.Budget(600), said.append)
+    assert p1["status"] == "skipped" and p1["reason"].startswith("kernel missing:")    # "1": the Triton module
     assert got["status"] == "pass" and got["ran"], got
     assert got["err_f64"] < 1e-2 and got["ms"] > 0 and got["checked_rows"] == 3
-    assert said == [f"  release tiny: {K._brief(got)}"]
+    assert said == [f"  p1 tiny: {K._brief(p1)}", f"  release tiny: {K._brief(got)}"]
 
 
 def test_a_wrong_kernel_fails_its_row(pristine_root, monkeypatch):
@@ -186,5 +187,5 @@ def test_a_wrong_kernel_fails_its_row(pristine_root, monkeypatch):
 
     line = R.LineCall(R.LINES["0.5.14"].module, "SGLANG_SM120_TRITON_FLASHMLA", "1", "0", "torch", False, False)
     row = R.Row("tiny", "V4-Flash", "decode", 3, 8, 16, 32, 64, 2)
-    (result,) = K.stage_release(Doubled(line), [row], {"cc": "9.0", "sm": "sm_90"}, K.Budget(600), lambda s: None)
+    _, (result,) = K.stage_rows(Doubled(line), [row], {"cc": "9.0", "sm": "sm_90"}, K.Budget(600), lambda s: None)
     assert result["status"] == "fail" and result["err_f64"] > 1.2e-2
