@@ -167,10 +167,11 @@ smoke:
 # field-check (docs/field_check.md): run in the sglang environment (make install), or with BUNDLE_SITE=dir in an
 # installed bundle's patched tree (python3 -m serving.bundle install build/bundle --into dir) on this machine's $(PYTHON).
 FIELD_OUT ?= .
+FIELD_BUDGET ?=
 BUNDLE_SITE ?=
 FIELD_PY = $(if $(BUNDLE_SITE),$(PYTHON),$(SGLANG_VENV)/bin/python)
 field-check:
-	$(if $(BUNDLE_SITE),eval "$$($(PYTHON) -m serving.bundle env '$(BUNDLE_SITE)' patched)" && )$(FIELD_PY) apply.py field-check $(LINE_ARG) --out '$(FIELD_OUT)' $(if $(MODEL),--model '$(MODEL)' --tp $(TP))
+	$(if $(BUNDLE_SITE),eval "$$($(PYTHON) -m serving.bundle env '$(BUNDLE_SITE)' patched)" && )$(FIELD_PY) apply.py field-check $(LINE_ARG) --out '$(FIELD_OUT)' $(if $(FIELD_BUDGET),--budget $(FIELD_BUDGET)) $(if $(MODEL),--model '$(MODEL)' --tp $(TP))
 
 # End-to-end decode throughput, pinned vs patched (python -m bench.server.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both

@@ -182,11 +182,11 @@ def run(report: dict, source, torch, out: Path, say=print, model: str | None = N
             + (" (OVERLAY_EMULATE_SM120=1: TEST ONLY)" if facts["emulate_sm120"] else ""))
     budget = K.Budget(kernel_budget)
     rows = R.p1_rows() if rows is None else rows
+    say("field-check: graphs (capture and replay of decode and verify; first, so a short budget keeps them)")
+    st["graphs"] = K.stage_graphs(source, budget, say)
     say(f"field-check: p1 and release ({len(rows)} rows against float64 through {source.where}; "
         f"beside each, {source.line.release_label} on the same inputs)")
     st["p1"], st["release"] = K.stage_rows(source, rows, facts, budget, say)
-    say("field-check: graphs (capture and replay of decode and verify)")
-    st["graphs"] = K.stage_graphs(source, budget, say)
     say("field-check: routing")
     st["routing"] = K.stage_routing(source, st["p1"], st["release"], say)
     say("field-check: indexer")
@@ -206,6 +206,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("."), help="where the report goes (default: here)")
     parser.add_argument("--model", help="a DeepSeek-V4-Flash / V4.1-Flash checkpoint: also run the server stage")
     parser.add_argument("--tp", type=int, default=1, help="the server stage's tensor parallelism (the recipe's)")
+    parser.add_argument("--budget", type=float, default=KERNEL_BUDGET_S,
+                        help=f"seconds for the kernel stages (default {KERNEL_BUDGET_S}); rows past it are skipped, saying so")
 
 
 def run_field_check(args: argparse.Namespace, engine=None, say=print, today=None) -> int:
@@ -235,7 +237,8 @@ def run_field_check(args: argparse.Namespace, engine=None, say=print, today=None
     site = sglang_site()
     att = attestation.describe(site, engine.patch_set()) if site else "attestation: no sglang installed"
     report = new_report(engine.patch_set(), line, today or dt.date.today())
-    run(report, K.InstalledCall(R.LINES[line]), torch, args.out, say, args.model, args.tp, attestation_line=att)
+    run(report, K.InstalledCall(R.LINES[line]), torch, args.out, say, args.model, args.tp, kernel_budget=args.budget,
+        attestation_line=att)
     js, md = write_report(report, args.out, private_words())
     say(f"field-check: report {js} and {md}; share them as they are (docs/field_check.md)")
     return 0

@@ -2,7 +2,7 @@
 flash_mla_with_kvcache_sm120 out of a tree slice (as tests/line_0_5_23/gpu/ loads it, tests/line_0_5_23/p1_tree.py),
 the report written as `apply.py field-check` writes it. The server stage needs 0.5.23's runtime and is skipped.
 
-    python3 -m tests.line_0_5_23.gpu.field_check_slice SLICE OUT_DIR
+    python3 -m tests.line_0_5_23.gpu.field_check_slice SLICE OUT_DIR [BUDGET_S]
 
 SLICE: `python -m tests.line_0_5_23.p1_tree slice build/site-0.5.23 build/p1-slice-0.5.23` made where the wheels
 are (checked here against its SLICE.sha256). Exit 2 without a CUDA GPU, as field-check.
@@ -38,9 +38,9 @@ class SliceCall:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python3 -m tests.line_0_5_23.gpu.field_check_slice SLICE OUT_DIR "
-              f"(expected two arguments, found {len(argv)})", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: python3 -m tests.line_0_5_23.gpu.field_check_slice SLICE OUT_DIR [BUDGET_S] "
+              f"(expected two or three arguments, found {len(argv)})", file=sys.stderr)
         return 2
     try:
         torch = F.require_cuda()
@@ -54,7 +54,8 @@ def main(argv: list[str]) -> int:
     engine = Engine.from_repo(REPO, read_only=True, line=LINE)
     report = F.new_report(engine.patch_set(), LINE, dt.date.today())
     out = Path(argv[1])
-    F.run(report, SliceCall(root), torch, out, print,
+    budget = float(argv[2]) if len(argv) == 3 else F.KERNEL_BUDGET_S
+    F.run(report, SliceCall(root), torch, out, print, kernel_budget=budget,
           attestation_line="attestation: none (a tree slice of the patched 0.5.23 tree, checked against its SLICE.sha256)")
     report["stages"]["server"] = {"status": "skipped", "reason": "a tree slice: 0.5.23's runtime is not installed here"}
     js, md = F.write_report(report, out, F.private_words())
