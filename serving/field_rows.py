@@ -85,7 +85,8 @@ LINES = {
 # Each is looked up by name; one that is not there is a row skipped with the reason, never a failed report.
 DEEPGEMM_INDEXER = ("deep_gemm", "fp8_fp4_paged_mqa_logits")
 DEEPGEMM_SCHEDULE = ("deep_gemm", "get_paged_mqa_logits_metadata")
-INDEXER_CANDIDATE = ("sglang.kernels.ops.attention.dsv4.fp4_paged_mqa_logits_sm120", "fp4_paged_mqa_logits_sm120")
+# the candidate layers' block selection on sm_12x without DeepGEMM's sparse kernels (0.5.23's V4.1 start-up patch)
+INDEXER_CANDIDATE = ("sglang.srt.layers.attention.dsv4.v41_indexer.dense_blocks", "paged_topk_block_ids")
 INDEXER_ROWS = ((1, "decode B1"), (32, "decode B32"), (8 * VERIFY_TOKENS, f"verify B8x{VERIFY_TOKENS}"))
 
 # The stages in the order they run; and those that have not run on any GPU here (docs/field_check.md and every
