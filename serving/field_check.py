@@ -107,7 +107,7 @@ def write_report(report: dict, out: Path, words: list[str]) -> tuple[Path, Path]
 def _cell(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}"
-    return "" if v is None else str(v).replace("|", "/")
+    return "-" if v is None or v == "" else str(v).replace("|", "/")
 
 
 def _table(rows: list[dict], cols: list[str]) -> list[str]:
@@ -121,12 +121,15 @@ def markdown(report: dict) -> str:
     ps = report["patch_set"]
     lines = [f"# field-check report: {m.get('gpu', '?')} ({m.get('sm', '?')}), {report['date']}", ""]
     lines += [f"> {h}" for h in report["header"]] + [""]
-    lines += [f"Patch set: line {ps['line']}, version {ps['version']}, series digest {ps['series_digest'][:16]}.", ""]
+    lines += [f"Patch set: line {ps['line']}, version {ps['version']}, series digest {ps['series_digest'][:16]}. "
+              f"The line's call: {report.get('call', '-')}; kernel stages {report.get('kernel_stages_s', '-')} s.", ""]
     lines += ["## Machine", ""] + _table([{"what": k, "value": v} for k, v in m.items() if k != "versions"],
                                          ["what", "value"])
     lines += _table([{"what": k, "value": v} for k, v in m.get("versions", {}).items()], ["what", "value"])[2:]
     lines.append("")
     for name in report["stage_order"]:
+        if name == "machine":
+            continue
         rows = st.get(name)
         lines += [f"## {name}", ""]
         if rows is None:
