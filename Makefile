@@ -31,6 +31,7 @@ help:
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
 	@echo "make smoke BUNDLE=dir [TREE=pinned|patched] [EAGER=1] [SMOKE_LOG=file]   the same from an offline bundle"
 	@echo "           [GRAPH_MAX_BS=n] [SGLANG_ARGS="--max-total-tokens 65536"]   fewer graphs / more sglang flags"
+	@echo "make field-check [MODEL=path TP=n] [FIELD_OUT=dir] [BUNDLE_SITE=dir]   P1 and the release's own path on this GPU, one report to share (docs/field_check.md)"
 	@echo "make bench-e2e [BUNDLE=dir | PINNED_PYTHON=py] [E2E_TREE=both] [TP=n] [E2E_ARGS=...]   end-to-end decode tok/s, pinned vs patched"
 	@echo "make test-serve  CPU tests of serving/ against the pinned sglang ($(SERVE_TEST_VENV))"
 	@echo "make bundle [GPU_CC=90|120]   build/bundle: everything an offline GPU machine needs to serve (docs/gpu_box.md)"
@@ -151,7 +152,7 @@ SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --h
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
 SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor $(LINE_ARG) --gate --venv $(SGLANG_VENV) --tree $(TREE))
 
-.PHONY: install serve smoke test-serve bench-e2e
+.PHONY: install serve smoke test-serve bench-e2e field-check
 
 install:
 	$(PYTHON) -m serving.install --venv $(SGLANG_VENV) $(LINE_ARG)
@@ -164,6 +165,15 @@ serve:
 smoke:
 	@$(SERVE_GATE)
 	$(PYTHON) -m serving.smoke $(SERVE_ARGS) --timeout $(SMOKE_TIMEOUT) --log $(SMOKE_LOG)
+
+# field-check (docs/field_check.md): run in the sglang environment (make install), or with BUNDLE_SITE=dir in an
+# installed bundle's patched tree (python3 -m serving.bundle install build/bundle --into dir) on this machine's $(PYTHON).
+FIELD_OUT ?= .
+FIELD_BUDGET ?=
+BUNDLE_SITE ?=
+FIELD_PY = $(if $(BUNDLE_SITE),$(PYTHON),$(SGLANG_VENV)/bin/python)
+field-check:
+	$(if $(BUNDLE_SITE),eval "$$($(PYTHON) -m serving.bundle env '$(BUNDLE_SITE)' patched)" && )$(FIELD_PY) apply.py field-check $(LINE_ARG) --out '$(FIELD_OUT)' $(if $(FIELD_BUDGET),--budget $(FIELD_BUDGET)) $(if $(MODEL),--model '$(MODEL)' --tp $(TP))
 
 # End-to-end decode throughput, pinned vs patched (python -m bench.server.bench_e2e --help; E2E_ARGS passes more flags).
 E2E_TREE ?= both

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 if __package__:     # installed: dsv4_sm120_overlay.apply
-    from .serving import doctor
+    from .serving import doctor, field_check, field_report
 else:               # a checkout: python apply.py, or `import apply` with the checkout on sys.path
-    from serving import doctor
+    from serving import doctor, field_check, field_report
 from patchkit.cli import main as patchkit_main
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +32,7 @@ def find_checkout() -> Path | None:
 
 def main() -> int:
     shipped = HERE if INSTALLED and (HERE / "pin.lock").is_file() else None
-    return patchkit_main(find_checkout(), sys.argv[1:], extensions=[doctor.add_parser], shipped=shipped)
+    return patchkit_main(find_checkout(), sys.argv[1:], extensions=[doctor.add_parser, field_check.add_parser, field_report.add_parser], shipped=shipped)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from harness.upstream import extract_functions, load_kernel, load_module, top_level_defs
-from harness.mma_decode_cases import Case, make_case
+from serving.mma_decode_cases import Case, make_case
 
 MODEL = "sglang/srt/models/deepseek_v4.py"
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"

@@ -43,7 +43,7 @@ from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_band
                                   make_pool, print_header, reference_f64, rel_err)
 from bench.kernels import v41_rows as V41
 from harness.line_files import command_lock, line_file, line_path, overlay_file
-from harness.mma_decode_cases import kernel_view
+from serving.mma_decode_cases import kernel_view
 from harness.upstream import load_kernel, load_module
 from serving import REPO
 

@@ -1,6 +1,6 @@
 """What every decode bench shares: the pools and input sets, CUDA-graph timing, the copy-bandwidth floor, the
 float64 reference and the header line. bench/kernels/bench_mma_decode.py, bench/kernels/bench_unpadded_heads.py and the experiments
-time their kernels through it; the page layout and the float64 attention are harness/mma_decode_cases.py's, the
+time their kernels through it; the page layout and the float64 attention are serving/mma_decode_cases.py's, the
 ones the tests check the kernels against.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import triton
 
 from bench.command import command_line
-from harness.mma_decode_cases import attention_f64, kernel_view, page_bytes, tokens_f64
+from serving.mma_decode_cases import attention_f64, kernel_view, page_bytes, tokens_f64
 
 ROTATE = 8                  # input sets per graph: each call reads its own KV, so KV comes from HBM, not L2
 BYTES_PER_TOKEN = 584       # what a call must read per token: the HBM floor's numerator

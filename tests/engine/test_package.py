@@ -4,6 +4,7 @@ series it ships as package data (or the checkout it runs in, or `--repo DIR`), a
 top-level name (`apply`, `serving`, `harness`): only `patchkit` (the engine) and `dsv4_sm120_overlay`."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -202,3 +203,32 @@ def test_where_the_lines_versions_differ_the_distribution_takes_the_highest(tmp_
     lock.write_text('[line."0.5.14".runtime]\ntorch = "2.11.0"\n')
     with pytest.raises(ValueError, match=r'expected a \[line."NAME".patchset\] version .*, found none'):
         distribution_version(lock)
+
+
+def test_installed_field_check_runs_outside_a_checkout(installed, tmp_path):
+    """field-check is the installed package's own: without a GPU it refuses in one line (exit 2); its stages, decode
+    cases and float64 check import from the package alone (bench/, harness/ and the checkout absent) and write a
+    report, here with the card's hardware query stood in and no sglang installed (every kernel row: kernel missing)."""
+    proc = run(installed, "field-check", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("field-check: expected a CUDA GPU visible to torch") and not (tmp_path / "out").exists()
+    script = (
+        "import datetime, types\n"
+        "from dsv4_sm120_overlay.serving import field_check as F, field_kernels as K, field_rows as R, mma_decode_cases\n"
+        "from patchkit.engine import Engine\n"
+        "import pathlib\nfrom dsv4_sm120_overlay.serving import REPO\n"
+        "props = types.SimpleNamespace(name='NVIDIA RTX PRO 6000', major=12, minor=0, multi_processor_count=188,"
+        " total_memory=96 * 2 ** 30)\n"
+        "torch = types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_properties=lambda i: props,"
+        " device_count=lambda: 1), version=types.SimpleNamespace(cuda='12.9'))\n"
+        "engine = Engine.from_repo(REPO, read_only=True, line='0.5.23')\n"
+        "report = F.new_report(engine.patch_set(), '0.5.23', datetime.date(2026, 12, 7))\n"
+        "F.run(report, K.InstalledCall(R.LINES['0.5.23']), torch, pathlib.Path('out'), print, rows=R.p1_rows()[:2])\n"
+        "print(*F.write_report(report, pathlib.Path('out'), F.private_words()))\n")
+    site, _, env = installed
+    proc = subprocess.run([sys.executable, "-P", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    js = tmp_path / "out" / "field-report-nvidia-rtx-pro-6000-2026-12-07.json"
+    data = json.loads(js.read_text())
+    assert data["machine"]["sm"] == "sm_120" and len(data["stages"]["p1"]) == 2
+    assert all(r["reason"].startswith("kernel missing:") for r in data["stages"]["p1"] + data["stages"]["release"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.mma_decode_cases import kernel_view, make_case, reference_f64
+from serving.mma_decode_cases import kernel_view, make_case, reference_f64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

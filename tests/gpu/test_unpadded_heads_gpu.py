@@ -13,13 +13,12 @@ import pytest
 import torch
 
 from harness.upstream import load_kernel
-from harness.mma_decode_cases import make_case, reference_f64
+from serving.mma_decode_cases import REL_TOL, make_case, reference_f64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "overlay/0.5.14/sglang/srt/layers/attention/flash_mla_sm120_mma.py"
-REL_TOL = 1.2e-2          # the kernel against float64 (tests/gpu/test_mma_decode_gpu.py)
 SAME_REL = 2.0 ** -7      # padded against real heads
 
 

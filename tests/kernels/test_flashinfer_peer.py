@@ -147,7 +147,7 @@ from pathlib import Path
 import torch, triton, triton.language as tl
 from bench.kernels.peers import flashinfer_sm120 as peer
 from harness.upstream import extract_functions
-from harness.mma_decode_cases import make_kv_pool, kernel_view
+from serving.mma_decode_cases import make_kv_pool, kernel_view
 src = Path(sys.argv[1])
 peer._install_sglang_buffers()
 ns = extract_functions(src / peer.SGLANG_FILE, peer.SGLANG_DEFS, {"torch": torch, "triton": triton, "tl": tl,

@@ -139,7 +139,7 @@ def _line_main(line: str) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from harness.upstream import load_kernel, release_custom_op
-    from harness.mma_decode_cases import make_case
+    from serving.mma_decode_cases import make_case
 
     files = {p.name: p for p in overlay_files(line)}
     mma = load_kernel(files["flash_mla_sm120_mma.py"], "mma_under_test")

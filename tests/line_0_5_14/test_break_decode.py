@@ -16,7 +16,7 @@ import torch
 
 from harness.upstream import load_module, tree_package
 from serving.test_hooks import emulate_sm120
-from harness.mma_decode_cases import make_case
+from serving.mma_decode_cases import make_case
 
 REPO = Path(__file__).resolve().parents[2]
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from harness import dsv4_indexer_cases as C  # noqa: E402
 from harness.upstream import load_kernel, load_module  # noqa: E402
-from harness.mma_decode_cases import make_case  # noqa: E402
+from serving.mma_decode_cases import make_case  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SWITCH = "ENABLE_FP_FUSION"

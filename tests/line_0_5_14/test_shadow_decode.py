@@ -10,7 +10,7 @@ import torch
 
 from harness.upstream import load_module, tree_package
 from serving.test_hooks import emulate_sm120, shadow_decode
-from harness.mma_decode_cases import make_case
+from serving.mma_decode_cases import make_case
 
 DISPATCHER = "sglang/srt/layers/attention/flash_mla_sm120.py"
 ENTRY = "flash_mla_with_kvcache_sm120"

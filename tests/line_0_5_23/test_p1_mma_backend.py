@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.line_0_5_23 import p1_tree as T
-from harness.mma_decode_cases import make_case, reference_f64, rel_err as _rel
+from serving.mma_decode_cases import make_case, reference_f64, rel_err as _rel
 
 N_HEADS = 64
 

@@ -28,7 +28,7 @@ from patchkit.pr.export import branch_of, default_branch
 from patchkit.pr.followup import first_pr_files
 from tests.conftest import REPO
 from tests.line_0_5_23 import p1_tree as T
-from harness.mma_decode_cases import make_case, reference_f64, rel_err
+from serving.mma_decode_cases import make_case, reference_f64, rel_err
 from tests.pr.test_export_pr import (  # noqa: F401  (fixtures, collected for this line)
     CODE_INTERNAL,
     INTERNAL,

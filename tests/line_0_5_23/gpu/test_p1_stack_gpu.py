@@ -12,7 +12,7 @@ import torch
 from tests.line_0_5_23 import p1_tree as T
 from tests.line_0_5_23.gpu.test_p1_mma_backend_gpu import REL_TOL, call, slice_root
 from tests.line_0_5_23.test_p1_stack import triton_only
-from harness.mma_decode_cases import make_case, reference_f64, rel_err
+from serving.mma_decode_cases import make_case, reference_f64, rel_err
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

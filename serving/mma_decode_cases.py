@@ -1,7 +1,8 @@
 """Random DeepSeek-V4 sparse-decode inputs in the real FP8 page layout, and a float64 reference.
 
 Shared by the decode tests (tests/kernels/test_mma_decode.py, tests/gpu/, the unpadded-heads cases, the 0.5.23 line's
-tests) and the decode benches (bench/kernels/decode_timing.py): one page layout, one float64 reference.
+tests), the decode benches (bench/kernels/decode_timing.py) and `apply.py field-check` (serving/field_kernels.py, so
+it lives in serving/ and ships with the package): one page layout, one float64 reference, one pass/fail threshold.
 Layout (DeepSeekV4SingleKVPool): a page of P tokens is ceil(P*584/576)*576 bytes; token t's
 448 fp8-e4m3 values at t*576, its 64 bf16 rope values at t*576+448, its 7 UE8M0 scale bytes
 at P*576 + t*8. The decode backend hands kernels a [pages, P, 1, 584] view of the 2-D pool.
@@ -16,6 +17,11 @@ import torch
 
 NOPE, ROPE, D = 448, 64, 512
 TOKEN_STRIDE, SCALE_STRIDE = 576, 8
+# What a decode output must meet against the float64 reference (and a kernel against the release's own): the GPU
+# tests' thresholds and field-check's, read from here by both. bf16 output over FP8 KV: 1.2e-2 relative Frobenius
+# error; the log-sum-exp, kept in fp32, within 1e-3 absolute where the reference's is finite (and infinite where it is).
+REL_TOL = 1.2e-2
+LSE_ABS_TOL = 1e-3
 
 
 def page_bytes(page_size: int) -> int:
@@ -199,6 +205,16 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative Frobenius error of a against b, in float64 on the CPU."""
     a, b = a.double().cpu(), b.double().cpu()
     return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def lse_error(lse: torch.Tensor, ref_lse: torch.Tensor) -> float:
+    """The largest absolute log-sum-exp difference where the reference's is finite; infinity where the two disagree
+    on which entries are finite."""
+    lse, ref_lse = lse.double().cpu().reshape(ref_lse.shape), ref_lse.double().cpu()
+    finite = torch.isfinite(ref_lse)
+    if not torch.equal(finite, torch.isfinite(lse)):
+        return math.inf
+    return (lse[finite] - ref_lse[finite]).abs().max().item() if finite.any() else 0.0
 
 
 class GraphInputs:
