@@ -12,7 +12,7 @@ import typing
 import torch
 
 from harness.upstream import extract_functions
-from tests.line_0_5_23.test_v41_startup import CANDIDATE_BLOCKS, DENSE_BLOCKS, amax8_varlen
+from tests.line_0_5_23.v41_tree import CANDIDATE_BLOCKS, DENSE_BLOCKS, amax8_varlen
 
 BLOCK = 8
 
