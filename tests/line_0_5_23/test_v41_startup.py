@@ -102,6 +102,7 @@ def test_patched_starts_and_every_schedule_is_deep_gemm_own(patched_root, tmp_pa
         metadata = release.indexer_metadata(rows_per_request=rows_per_request, lens=lens, pages=4096 * 4)
         made = [args for name, args in dg.calls if name == "get_paged_mqa_logits_metadata"]
         assert len(made) == 1 and made[0][0].tolist() == lens.view(-1, rows_per_request).tolist()
+        assert "sglang.get_paged_mqa_logits_metadata" not in dg.names()      # not SGLang's split-256 planner
         inputs = _decode_inputs(patched_root, lens.numel(), metadata)
         backend.full_topk_indexer.topk_decode(inputs)
         published = backend.decode_candidates.publish_decode(inputs)
