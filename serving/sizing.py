@@ -2,6 +2,7 @@
 
     python -m serving.sizing [--config serving/dsv4_flash_config.json] [--tp 8] [--gpu-gib 96]
                              [--mem-fraction 0.85] [--reserve-gib 6] [--context 1048576]
+                             [--graph-batch 48] [--verify-rows 7]
 
 What it counts, from the config and the pinned sglang's layer shapes (models/deepseek_v4.py,
 layers/attention/dsv4/compressor.py and indexer.py, mxfp4_marlin_moe.py):
@@ -26,6 +27,12 @@ layers/attention/dsv4/compressor.py and indexer.py, mxfp4_marlin_moe.py):
   engram    V4.1's n-gram tables, one per engram layer: engram_num_embeddings rows of engram_head_dim fp8
             bytes + one e8m0 scale per 32 (layers/engram.py), rows split over the TP ranks in device
             memory, or all in host memory with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1 (--engram-host).
+  index logits  V4.1's ratio-1/2 index layers on sm_120 score a decode or verify step with DeepGEMM's paged
+            fp4 kernel into an fp32 buffer [rows, width] allocated per call outside the static pool: width is
+            the captured graph's compressed context (the page table's width at 64-slot index pages, so the
+            whole --context at ratio 1), rows the graph batch x the verify rows per request (DSPARK: block
+            size + 1). The candidate source adds its block maxima (1/8 of it). One layer's buffer is live at a
+            time, and the captured graphs share one pool, so the largest graph's buffer is what is counted.
 Real usage differs by page rounding (256-token pages), CUDA-graph pools, activations and NCCL buffers:
 --reserve-gib stands for those. Check a real start's log ("KV Cache is allocated", "max_total_num_tokens").
 """
@@ -44,6 +51,9 @@ INDEXER_ENTRY = 128 + 4              # fp8 key + its fp32 scale
 ENGRAM_SCALE_BLOCK = 32               # one e8m0 scale byte per 32 fp8 values of an engram row
 FP4_BYTES = 0.5 + 1 / 32             # e2m1 + one e8m0 per 32
 FP8_BYTES = 1 + 4 / (128 * 128)
+INDEX_PAGE = 64                      # slots of a low-ratio index-K page (get_index_k_page_size)
+LOGITS_BYTES = 4                     # DeepGEMM's index logits are fp32 off sm_100 (index_logits_dtype)
+CANDIDATE_BLOCK = 8                  # the candidate source's block maxima: one fp32 key per 8 logits
 
 
 def layer_kinds(config: dict) -> list[int]:
@@ -111,8 +121,18 @@ def engram_bytes(config: dict) -> float:
     return rows * (dim + dim // ENGRAM_SCALE_BLOCK)
 
 
+def index_logits_bytes(config: dict, context: int, graph_batch: int, verify_rows: int) -> float:
+    """V4.1's per-call fp32 index-logits buffer at the largest captured graph (0 without ratio-1/2 layers)."""
+    ratios = [r for r in config.get("compress_ratios", ()) if r in (1, 2)]
+    if not ratios:
+        return 0.0
+    width = -(-context // min(ratios) // INDEX_PAGE) * INDEX_PAGE
+    keys = 1 / CANDIDATE_BLOCK if config.get("candidate_topk_blocks", 0) > 0 else 0
+    return graph_batch * verify_rows * width * LOGITS_BYTES * (1 + keys)
+
+
 def plan(config: dict, tp: int, gpu_gib: float, mem_fraction: float, reserve_gib: float, context: int,
-         engram_host: bool = False) -> dict:
+         engram_host: bool = False, graph_batch: int = 48, verify_rows: int = 1) -> dict:
     w = weight_bytes(config, tp)
     kv = kv_bytes(config)
     engram = engram_bytes(config)
@@ -120,12 +140,16 @@ def plan(config: dict, tp: int, gpu_gib: float, mem_fraction: float, reserve_gib
     pool = gpu_gib * GIB * mem_fraction - w["per_gpu_total"] - engram_gpu
     tokens = max(pool, 0) / kv["per_token"]
     request = kv["per_token"] * context + kv["per_request"]
+    logits = index_logits_bytes(config, context, graph_batch, verify_rows)
+    outside = reserve_gib + logits / GIB
     return {"tp": tp, "gpu_gib": gpu_gib, "mem_fraction": mem_fraction, "reserve_gib": reserve_gib,
             "weights_total_gib": w["total"] / GIB, "weights_per_gpu_gib": w["per_gpu_total"] / GIB,
             "kv_per_token_bytes": kv["per_token"], "window_per_request_bytes": kv["per_request"],
             "layers_by_ratio": kv["layers"], "kv_pool_per_gpu_gib": pool / GIB, "kv_tokens": tokens,
             "context": context, "requests_at_context": max(pool, 0) / request,
-            "headroom_gib": gpu_gib * (1 - mem_fraction) - reserve_gib,
+            "headroom_gib": gpu_gib * (1 - mem_fraction) - outside,
+            "graph_batch": graph_batch, "verify_rows": verify_rows, "index_logits_gib": logits / GIB,
+            "max_mem_fraction": 1 - outside / gpu_gib,
             "engram_total_gib": engram / GIB, "engram_per_gpu_gib": engram_gpu / GIB, "engram_host": engram_host,
             "parts_gib": {k: v / GIB for k, v in w["parts"].items()}}
 
@@ -145,7 +169,10 @@ def text(p: dict) -> str:
               f"KV pool per GPU: {p['kv_pool_per_gpu_gib']:.1f} GiB = {p['kv_tokens'] / 1e6:.1f} M tokens; "
               f"{p['requests_at_context']:.1f} requests of {p['context']} tokens",
               f"outside the static pool: {p['gpu_gib'] * (1 - p['mem_fraction']):.1f} GiB per GPU for CUDA graphs, "
-              f"activations and NCCL (assumed need {p['reserve_gib']:g} GiB: headroom {p['headroom_gib']:.1f} GiB)"]
+              f"activations and NCCL (assumed need {p['reserve_gib']:g} GiB"
+              + (f" + the index-logits buffer {p['index_logits_gib']:.2f} GiB at {p['graph_batch']} x "
+                 f"{p['verify_rows']} rows" if p["index_logits_gib"] else "")
+              + f": headroom {p['headroom_gib']:.1f} GiB); --mem-fraction-static at most {p['max_mem_fraction']:.3f}"]
     return "\n".join(lines)
 
 
@@ -157,6 +184,10 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--reserve-gib", type=float, default=6.0)
     ap.add_argument("--context", type=int, default=1 << 20)
+    ap.add_argument("--graph-batch", type=int, default=48,
+                    help="the largest CUDA-graph batch (with DSPARK, max_running_requests defaults to 48)")
+    ap.add_argument("--verify-rows", type=int, default=1,
+                    help="rows a request scores per decode step: 1, or DSPARK's block size + 1 (7 at block 6)")
     ap.add_argument("--engram-host", action="store_true",
                     help="V4.1: the engram tables in host memory (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1)")
     ap.add_argument("--json", action="store_true")
@@ -165,7 +196,7 @@ def main(argv=None) -> int:
         config = json.loads(args.config.read_text())
         config = {**config.pop("text_config", {}), **config}     # V4.1 checkpoints nest the text model's fields
         result = plan(config, args.tp, args.gpu_gib, args.mem_fraction, args.reserve_gib, args.context,
-                      args.engram_host)
+                      args.engram_host, args.graph_batch, args.verify_rows)
     except (OSError, ValueError, KeyError) as exc:
         print(f"sizing: expected a DeepSeek-V4 config.json at {args.config}, found {type(exc).__name__}: {exc}",
               file=sys.stderr)

@@ -26,10 +26,13 @@ FLAGS = ["-std=c++20", "--compiler-options=-fPIC", "--compiler-options=-fconcept
          "--expt-extended-lambda", "-O3", "--diag-suppress=39,161,174,177,186,940",
          "--compiler-options=-Wno-deprecated-declarations,-Wno-abi", "-gencode=arch=compute_120f,code=sm_120f",
          "--ptxas-options=--verbose", "--ptxas-options=--warn-on-spills", "-cubin"]
-# (next_n, context_lens_2d): a decode row alone, and the 2-row atom its scheduler pairs (verify rows of one request).
-# Heads 64 x dim 128, block_kv 64, split_kv 128, 2 Q / 3 KV stages, 128 TMA + 256 math threads, fp32 logits: the
-# only shape DeepGEMM's sm_120 host code accepts (its asserts), with fp32 logits as 0.5.23 asks off sm_100.
-SHAPES = [(1, "false"), (2, "true")]
+# (next_n, context_lens_2d): a decode row alone with 1-D and with 2-D lengths (0.5.23's
+# deep_gemm_fp4_paged_mqa_logits hands every decode [rows, 1] lengths), the 2-row atom its scheduler pairs, and a
+# request's verify rows at DSPARK block 5 and 6 (block + 1 = 6 and 7 rows, 2-D lengths; 7 pads to 4 atoms).
+# Heads 64 (DeepSeek-V4/V4.1-Flash's index_n_heads) x dim 128, block_kv 64, split_kv 128, 2 Q / 3 KV stages,
+# 128 TMA + 256 math threads, fp32 logits: the only shape DeepGEMM's sm_120 host code accepts (its asserts), with
+# fp32 logits as 0.5.23 asks off sm_100.
+SHAPES = [(1, "false"), (2, "true"), (1, "true"), (6, "true"), (7, "true")]
 
 
 def source(next_n: int, ctx2d: str) -> str:
@@ -43,6 +46,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wheel", required=True, type=Path, help="the sgl-deep-gemm wheel (pip download)")
     ap.add_argument("--nvcc", default="nvcc")
+    ap.add_argument("--next-n", type=int, action="append",
+                    help="only the shapes of these next_n (repeatable; default: every shape)")
     ap.add_argument("out", type=Path)
     args = ap.parse_args(argv)
     if not args.wheel.is_file() or not zipfile.is_zipfile(args.wheel):
@@ -60,7 +65,7 @@ def main(argv=None) -> int:
         with zipfile.ZipFile(args.wheel) as z:
             z.extractall(tmp, [n for n in z.namelist() if n.startswith("deep_gemm/include/")])
         include = Path(tmp) / "deep_gemm" / "include"
-        for next_n, ctx2d in SHAPES:
+        for next_n, ctx2d in [s for s in SHAPES if not args.next_n or s[0] in args.next_n]:
             name = f"{KERNEL}_n{next_n}_{'2d' if ctx2d == 'true' else '1d'}"
             cu = args.out / f"{name}.cu"
             cu.write_text(source(next_n, ctx2d))

@@ -78,3 +78,24 @@ def test_the_command_reads_a_nested_v41_config(tmp_path):
     assert device.returncode == host.returncode == 0, device.stderr + host.stderr
     assert "engram tables:" in device.stdout and "GiB per GPU (rows split over the TP ranks)" in device.stdout
     assert "in host memory (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1)" in host.stdout
+
+
+def test_the_index_logits_buffer_is_as_wide_as_the_graph_context_and_counts_against_the_fraction(tmp_path):
+    """DeepGEMM's fp32 logits of a decode or verify step (0.5.23 asks fp32 off sm_100: index_logits_dtype) are
+    [graph batch x (DSPARK block + 1), the graph's compressed context]: about 4 MiB a row at 1M at ratio 1."""
+    candidate = {**V41, "candidate_topk_blocks": 2048}
+    per_row = (1 << 20) * 4
+    assert sizing.index_logits_bytes(V41, 1 << 20, 48, 7) == 48 * 7 * per_row                   # 1.31 GiB
+    assert sizing.index_logits_bytes(V41, 1 << 20, 64, 7) == pytest.approx(1.75 * sizing.GIB)
+    assert sizing.index_logits_bytes(candidate, 1 << 20, 48, 7) == 48 * 7 * per_row * (1 + 1 / 8)
+    assert sizing.index_logits_bytes({**V41, "compress_ratios": [0, 4, 128]}, 1 << 20, 48, 7) == 0
+    assert sizing.index_logits_bytes({**V41, "compress_ratios": [2, 4]}, 1 << 20, 48, 7) == 48 * 7 * per_row / 2
+    plain = sizing.plan(V41, 8, 96, 0.85, 6, 1 << 20, graph_batch=48, verify_rows=1)
+    dspark = sizing.plan(V41, 8, 96, 0.85, 6, 1 << 20, graph_batch=48, verify_rows=7)
+    assert plain["headroom_gib"] - dspark["headroom_gib"] == pytest.approx(6 * 48 * per_row / sizing.GIB)
+    assert dspark["max_mem_fraction"] == pytest.approx(1 - (6 + 48 * 7 * per_row / sizing.GIB) / 96)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(V41))
+    out = subprocess.run([sys.executable, "-m", "serving.sizing", "--config", str(config), "--verify-rows", "7"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "the index-logits buffer 1.31 GiB at 48 x 7 rows" in out.stdout, out.stderr

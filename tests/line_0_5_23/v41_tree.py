@@ -1,14 +1,18 @@
 """Load 0.5.23's V4.1 dispatch functions from a tree on a CPU that says it is an sm_120 card (capability 12.0).
 
-The indexer factories (dsv4/v41_indexer/__init__.py), the full top-k indexer's decode (full_topk.py), the indexer
-metadata the attention backend builds (dsv4/metadata.py) and V4.1's MHC mixing dispatch (deepseek_v4_mhc.py) are
-compiled alone from the tree: their modules import the serving runtime. What they call that needs a GPU (DeepGEMM,
-the top-k and mixing kernels) is a recorder; the backends the factories pick are recorders of their own name.
+Release runs the start-up path: the model hook's sm_120 block, the DeepGEMM configurer, the platform probes, the
+attention backend's indexer construction (dsv4/v41_indexer/__init__.py, dense_blocks.py, full_topk.py) and the
+indexer metadata it builds (dsv4/metadata.py), each compiled from the tree (their modules import the serving
+runtime), every flag as the release computes it; only the device queries (torch, NVML) are faked, DeepGEMM is the
+pinned wheel over its own op schemas (harness/deep_gemm_wheel.py). V4.1's MHC mixing dispatch
+(deepseek_v4_mhc.py) and the sparse-attention route load the same way. What needs a GPU (the top-k and mixing
+kernels) is a recorder.
 """
 from __future__ import annotations
 
 import ast
 import functools
+import os
 import sys
 import types
 import typing
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from harness import deep_gemm_wheel
 from harness.scoped import scoped
 from harness.upstream import extract_functions, import_from_tree, tree_package
 
@@ -68,35 +73,6 @@ def _recorder_class(name: str, calls: Calls):
     return type(name, (), {"__init__": init})
 
 
-def indexer_factories(root: Path, calls: Calls, paged_sparse: bool = True):
-    """make_full_topk_indexer / make_candidate_indexer of the tree, with a deep_gemm holding DEEP_GEMM_NAMES,
-    the release's FullTopKIndexer (full_topk_class) and recorder backends. `paged_sparse` is what 0.5.23's
-    deep_gemm_wrapper.configurer answers for DeepGEMM's paged sparse MQA logits."""
-    deep_gemm = types.ModuleType("deep_gemm")
-    for n in DEEP_GEMM_NAMES:
-        setattr(deep_gemm, n, calls.stub(f"deep_gemm.{n}"))
-    modules = {
-        "deep_gemm": deep_gemm,
-        f"{PACKAGE}.dense_blocks": types.SimpleNamespace(DenseBlocksBackend=_recorder_class("DenseBlocksBackend", calls)),
-        f"{PACKAGE}.sparse_table": types.SimpleNamespace(SparseTableBackend=_recorder_class("SparseTableBackend", calls)),
-        "sglang.srt.runtime_context": types.SimpleNamespace(
-            get_parallel=lambda: types.SimpleNamespace(attn_cp_size=1)),
-        "sglang.srt.layers.deep_gemm_wrapper.configurer": types.SimpleNamespace(
-            DEEPGEMM_PAGED_SPARSE_MQA_LOGITS=paged_sparse),
-    }
-    ns = {"__name__": PACKAGE, "__package__": PACKAGE, "functools": functools, "torch": torch, "Tuple": typing.Tuple,
-          "is_cuda": lambda: True, "FullTopKIndexer": full_topk_class(root, calls)}
-    extract_functions(Path(root) / INDEXER, ["is_sm100_or_newer", "has_dense_fp4_indexer", "_use_deep_gemm_prefill",
-                                             "make_full_topk_indexer", "make_candidate_indexer"], ns)
-
-    def call(name, **kwargs):
-        for f in ("is_sm100_or_newer", "has_dense_fp4_indexer", "_use_deep_gemm_prefill"):
-            ns[f].cache_clear()     # functools.cache: each call asks the capability it runs under
-        with scoped(sys.modules, modules):
-            return ns[name](**kwargs)
-    return call
-
-
 def full_topk_class(root: Path, calls: Calls):
     """The tree's FullTopKIndexer; its DeepGEMM logits and top-k kernels are recorders."""
     ns = {"torch": torch, "is_deep_select_supported": lambda: False,
@@ -123,36 +99,6 @@ def decode_data_class(root: Path):
                 setattr(self, name, value)
     ns = {"torch": torch, "msgspec": types.SimpleNamespace(Struct=Struct), "List": typing.List}
     return extract_functions(Path(root) / SCORING, ["DeepGEMMDecodeData"], ns)["DeepGEMMDecodeData"]
-
-
-def paged_indexer_metadata(root: Path, calls: Calls):
-    """metadata.py's PagedIndexerMetadata as the attention backend builds it on sm_120 (force_deep_gemm_metadata:
-    DeepGEMM's own schedule), its deep_gemm a recorder; budgets as under a CUDA graph (none: one call)."""
-    root = Path(root)
-    with tree_package(root, "sglang"):
-        envs = import_from_tree(root, "sglang.srt.environ").envs
-    deep_gemm = types.ModuleType("deep_gemm")
-    deep_gemm.get_paged_mqa_logits_metadata = calls.stub("deep_gemm.get_paged_mqa_logits_metadata",
-                                                         lambda lens, block, sms: torch.zeros(sms + 1, 2))
-    deep_gemm.get_num_sms = lambda: 188
-    ns = {"torch": torch, "dataclass": dataclass, "field": field, "fields": fields, "Any": typing.Any,
-          "Optional": typing.Optional, "List": typing.List, "envs": envs, "is_hip": lambda: False,
-          "is_xpu": lambda: False, "_IS_SM120": True, "logger": types.SimpleNamespace(debug=lambda *a, **k: None),
-          "mqa_logits_needs_budget_check": lambda **k: False, "get_is_capture_mode": lambda: True,
-          "is_in_breakable_cuda_graph": lambda: False, "is_in_tc_piecewise_cuda_graph": lambda: False,
-          "mqa_logits_budget_bytes": calls.stub("mqa_logits_budget_bytes")}
-    tree = ast.parse((root / METADATA).read_text())
-    helpers = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in
-               ("plan_indexer_row_chunks", "iter_row_chunks", "copy_metadata")]
-    consts = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
-              and isinstance(n.targets[0], ast.Name) and n.targets[0].id.startswith("_")
-              and n.targets[0].id not in ("_IS_SM120",) and isinstance(n.value, ast.Constant)]
-    extract_functions(root / METADATA, consts + helpers + ["NonPagedIndexerPlan", "PagedIndexerMetadata"], ns)
-
-    def build(**kwargs):
-        with scoped(sys.modules, {"deep_gemm": deep_gemm}):
-            return ns["PagedIndexerMetadata"](**kwargs)
-    return build
 
 
 class _CudaLike(torch.Tensor):
@@ -213,3 +159,212 @@ def sparse_attention_route(root: Path, calls: Calls, rows: int, heads: int = 64)
             q=torch.empty(rows, 1, heads, 512, device="meta"), k_cache=None, indices=None, head_dim_v=512,
             softmax_scale=512 ** -0.5)
     return calls[-1][0]
+
+
+# ---- the start-up path of a tree at capability 12.0, DeepGEMM the pinned wheel over its op schemas ----
+
+HOOK = "sglang/srt/arg_groups/model_hook.py"
+CONFIGURER = "sglang/srt/layers/deep_gemm_wrapper/configurer.py"
+COMMON = "sglang/srt/utils/common.py"
+RUNTIME = "sglang/srt/runtime_context.py"
+BACKEND = "sglang/srt/layers/attention/deepseek_v4_backend.py"
+INDEX_LOGITS = "sglang/kernels/ops/attention/dsv4/index_logits.py"
+DENSE_BLOCKS = "sglang/srt/layers/attention/dsv4/v41_indexer/dense_blocks.py"
+CANDIDATE_BLOCKS = "sglang/kernels/ops/attention/dsv4/candidate_blocks.py"
+SMS = 188                    # an RTX PRO 6000's SM count: what DeepGEMM's get_num_sms answers there
+
+
+def _nvml(major_minor):
+    nvml = types.ModuleType("pynvml")
+    nvml.nvmlInit = nvml.nvmlShutdown = lambda: None
+    nvml.nvmlDeviceGetHandleByIndex = lambda i: i
+    nvml.nvmlDeviceGetCudaComputeCapability = lambda handle: major_minor
+    return nvml
+
+
+def _body_of_sm120_branch(root: Path) -> ast.Module:
+    """The `if get_platform().is_sm120:` block of handle_model_specific_adjustments' DeepSeek-V4 branch."""
+    tree = ast.parse((root / HOOK).read_text())
+    hook = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "handle_model_specific_adjustments")
+    for node in ast.walk(hook):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "get_platform().is_sm120" and any(
+                "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH" in ast.unparse(s) for s in node.body):
+            return ast.Module(body=node.body, type_ignores=[])
+    raise AssertionError("no sm_120 block in handle_model_specific_adjustments")
+
+
+def _method(root: Path, cls: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse((root / BACKEND).read_text())
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+class Release:
+    """0.5.23's start-up pieces of one tree, evaluated at capability 12.0 with DeepGEMM recorded."""
+
+    def __init__(self, root: Path, tmp: Path, recorder: deep_gemm_wheel.Recorder):
+        self.root, self.tmp, self.dg = Path(root), tmp, recorder
+        recorder.answers.update({
+            "get_num_sms": lambda: SMS,
+            "get_paged_mqa_logits_metadata": lambda lens, block, sms, idx: torch.zeros(sms + 1, 2, dtype=torch.int32),
+            "fp8_fp4_paged_mqa_logits": lambda q, q_sf, kv, w, lens, table, meta, width, clean, dtype, idx:
+                torch.zeros(lens.numel(), width, dtype=dtype),
+        })
+
+    def start(self, stack, capture: bool):
+        root = self.root
+        stack.enter_context(scoped(os.environ, {k: None for k in os.environ if k.startswith("SGLANG_")}))
+        saved_env = dict(os.environ)
+        stack.callback(lambda: (os.environ.clear(), os.environ.update(saved_env)))
+        stack.enter_context(capability())
+        stack.enter_context(scoped(sys.modules, {"pynvml": _nvml((12, 0))}))
+        saved = (torch.cuda.is_initialized, getattr(torch.cuda, "_get_nvml_device_index", None))
+        torch.cuda.is_initialized = lambda: False
+        torch.cuda._get_nvml_device_index = lambda i: i
+        stack.callback(lambda: setattr(torch.cuda, "is_initialized", saved[0]) or
+                       setattr(torch.cuda, "_get_nvml_device_index", saved[1]))
+        with tree_package(root, "sglang"):
+            self.envs = import_from_tree(root, "sglang.srt.environ").envs
+        # the model hook's sm_120 block, as the server runs it for DeepseekV4ForCausalLM (V4.1's normalised arch)
+        exec(compile(_body_of_sm120_branch(root), str(root / HOOK), "exec"), {"envs": self.envs})
+        common = extract_functions(root / COMMON, [
+            "is_hip", "is_cuda", "is_musa", "_get_device_sm_via_nvml", "get_device_sm", "_check_cuda_device_version",
+            "is_sm90_supported", "is_sm100_supported", "is_sm120_supported"],
+            {"torch": torch, "lru_cache": functools.lru_cache, "partial": functools.partial, "List": typing.List,
+             "Tuple": typing.Tuple, "Optional": typing.Optional,
+             "logger": types.SimpleNamespace(debug=lambda *a, **k: None)})
+        probes = next(ast.literal_eval(n.value) for n in ast.parse((root / RUNTIME).read_text()).body
+                      if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_PLATFORM_PROBES")
+        self.platform = types.SimpleNamespace(**{fact: common[p]() for fact, p in probes.items() if p in common})
+        self.deep_gemm = stack.enter_context(deep_gemm_wheel.deep_gemm(self.tmp, self.dg))
+        utils = types.SimpleNamespace(**{n: common[n] for n in ("get_device_sm", "is_cuda", "is_musa")})
+        self.runtime = types.SimpleNamespace(get_platform=lambda: self.platform,
+                                             get_parallel=lambda: types.SimpleNamespace(attn_cp_size=1))
+        configurer = types.ModuleType("sglang.srt.layers.deep_gemm_wrapper.configurer")
+        with scoped(sys.modules, {"sglang.srt.environ": types.SimpleNamespace(envs=self.envs),
+                                  "sglang.srt.runtime_context": self.runtime, "sglang.srt.utils": utils}):
+            exec(compile((root / CONFIGURER).read_text(), str(root / CONFIGURER), "exec"), configurer.__dict__)
+        self.configurer = configurer
+        self.capture = capture
+        return self
+
+    # ---- the backend's indexer construction ----
+
+    def indexers(self, cfg):
+        """The two statements of DeepseekV4AttnBackend.__init__ that build the V4.1 indexers, run on the tree's
+        make_candidate_indexer / make_full_topk_indexer (the tree's DenseBlocksBackend, FullTopKIndexer)."""
+        root, calls = self.root, Calls()
+        ns = {"__name__": PACKAGE, "__package__": PACKAGE, "functools": functools, "torch": torch,
+              "Tuple": typing.Tuple, "is_cuda": self.platform_is_cuda, "FullTopKIndexer": self.full_topk_class()}
+        names = ["is_sm100_or_newer", "has_dense_fp4_indexer", "_use_deep_gemm_prefill", "make_full_topk_indexer",
+                 "make_candidate_indexer"]
+        source = (root / INDEXER).read_text()
+        names += ["is_sm12x"] if "def is_sm12x" in source else []
+        extract_functions(root / INDEXER, names, ns)
+        modules = {"deep_gemm": self.deep_gemm, "sglang.srt.runtime_context": self.runtime,
+                   "sglang.srt.layers.deep_gemm_wrapper.configurer": self.configurer,
+                   f"{PACKAGE}.dense_blocks": types.SimpleNamespace(DenseBlocksBackend=self.dense_blocks_class()),
+                   f"{PACKAGE}.sparse_table": types.SimpleNamespace(
+                       SparseTableBackend=_recorder_class("SparseTableBackend", calls))}
+        init = _method(root, "DeepseekV4AttnBackend", "__init__")
+        build = [s for s in init.body if "make_candidate_indexer" in ast.unparse(s) or
+                 "make_full_topk_indexer" in ast.unparse(s)]
+        assert len(build) == 2, "the backend builds its V4.1 indexers elsewhere"
+        backend = types.SimpleNamespace(token_to_kv_pool=None, req_to_token=None, page_size=256)
+        with scoped(sys.modules, modules):
+            exec(compile(ast.Module(body=build, type_ignores=[]), str(root / BACKEND), "exec"),
+                 {**ns, "self": backend, "cfg": cfg})
+        return backend
+
+    def platform_is_cuda(self):
+        return self.platform.is_cuda
+
+    def index_logits(self):
+        """index_logits.py's deep_gemm_fp4_paged_mqa_logits and its dtype choices, over the stand-in DeepGEMM."""
+        ns = {"torch": torch, "functools": functools, "envs": self.envs, "Tuple": typing.Tuple,
+              "_is_sm100": lambda: self.platform.is_sm100}
+        return extract_functions(self.root / INDEX_LOGITS, ["index_logits_dtype", "index_weights_dtype",
+                                                              "deep_gemm_fp4_paged_mqa_logits"], ns)
+
+    def full_topk_class(self):
+        ns = {"torch": torch, "is_deep_select_supported": lambda: False,
+              "deep_gemm_fp4_paged_mqa_logits": self.index_logits()["deep_gemm_fp4_paged_mqa_logits"],
+              "topk_transform_paged_from_metadata": lambda *a, **k: None,
+              "get_deep_gemm_decode_data": lambda inputs, pool: inputs.data,
+              "DecodeInputs": object, "PrefillInputs": object, "DeepSeekV4TokenToKVPool": object}
+        for n in ("topk_page_transform", "decode_scores", "dense_prefill_topk", "get_deep_gemm_prefill_data",
+                  "prefill_requests", "select_decode", "write_prefill"):
+            ns[n] = lambda *a, **k: None
+        return extract_functions(self.root / FULL_TOPK, ["FullTopKIndexer"], ns)["FullTopKIndexer"]
+
+    def dense_blocks_class(self):
+        """The tree's DenseBlocksBackend: its DeepGEMM logits through index_logits.py, topk_among_blocks the
+        release's own torch op, amax8_varlen (a CUDA kernel) by its documented contract."""
+        tree = ast.parse((self.root / DENSE_BLOCKS).read_text())
+        helpers = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        ns = {"torch": torch, "Optional": typing.Optional, "List": typing.List, "Tuple": typing.Tuple,
+              "BlockIds": lambda **k: types.SimpleNamespace(**k), "PagedDecodeScores": type("P", (), {}),
+              "DeepGEMMDecodeData": object, "DeepGEMMPrefillData": object, "DecodeInputs": object,
+              "PrefillInputs": object, "FLAT_LOGITS_WIDTH_ALIGN": 256, "amax8_varlen": amax8_varlen,
+              "deep_gemm_fp4_paged_mqa_logits": self.index_logits()["deep_gemm_fp4_paged_mqa_logits"],
+              "topk_transform_paged_from_metadata": lambda *a, **k: None,
+              "get_deep_gemm_decode_data": lambda inputs, pool: inputs.data,
+              "F": torch.nn.functional}
+        extract_functions(self.root / CANDIDATE_BLOCKS, ["topk_among_blocks"], ns)
+        return extract_functions(self.root / DENSE_BLOCKS, ["DenseBlocksBackend"] + helpers, ns)["DenseBlocksBackend"]
+
+    # ---- the decode and verify metadata of a ratio-1/2 layer ----
+
+    def indexer_metadata(self, *, rows_per_request: int, lens: torch.Tensor, pages: int, ratio: int = 1):
+        """DeepseekV4AttnBackend.init_forward_metadata_indexer of the tree for a ratio-1/2 layer: its
+        PagedIndexerMetadata (metadata.py) over the stand-in DeepGEMM, under the release's flags."""
+        root = self.root
+        ns = {"torch": torch, "dataclass": dataclass, "field": field, "fields": fields, "Any": typing.Any,
+              "Optional": typing.Optional, "List": typing.List, "envs": self.envs, "is_hip": lambda: False,
+              "is_xpu": lambda: False, "_IS_SM120": self.platform.is_sm120,
+              "logger": types.SimpleNamespace(debug=lambda *a, **k: None),
+              "mqa_logits_needs_budget_check": lambda **k: True, "get_is_capture_mode": lambda: self.capture,
+              "is_in_breakable_cuda_graph": lambda: False, "is_in_tc_piecewise_cuda_graph": lambda: False,
+              "mqa_logits_budget_bytes": lambda **k: 1 << 40}
+        tree = ast.parse((root / METADATA).read_text())
+        helpers = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in
+                   ("plan_indexer_row_chunks", "iter_row_chunks", "copy_metadata")]
+        consts = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+                  and isinstance(n.targets[0], ast.Name) and n.targets[0].id.startswith("_")
+                  and n.targets[0].id != "_IS_SM120" and isinstance(n.value, ast.Constant)]
+        extract_functions(root / METADATA, consts + helpers + ["NonPagedIndexerPlan", "PagedIndexerMetadata"], ns)
+        method = _method(root, "DeepseekV4AttnBackend", "init_forward_metadata_indexer")
+        method.decorator_list = []
+        mns = {"PagedIndexerMetadata": ns["PagedIndexerMetadata"], "get_platform": lambda: self.platform,
+               "_is_xpu": False, "Optional": typing.Optional, "DSV4AttnMetadata": object,
+               "expand_index_page_table": lambda page_table, **k: page_table}
+        exec(compile(ast.Module(body=[method], type_ignores=[]), str(root / BACKEND), "exec"), mns)
+        backend = types.SimpleNamespace(
+            page_size=256, enable_deepseek_v4_fp4_indexer=False,      # --enable-deepseek-v4-fp4-indexer: default off
+            dsa_topk_backend=types.SimpleNamespace(should_use_topk_v2=lambda: self.envs.SGLANG_OPT_USE_TOPK_V2.get()),
+            token_to_kv_pool=types.SimpleNamespace(get_index_k_page_size=lambda r: 64))
+        # the page table at the index pages' 64-slot granularity (expand_index_page_table's output)
+        core = types.SimpleNamespace(page_table=torch.zeros(lens.numel(), pages, dtype=torch.int32),
+                                     c1_topk_lengths_clamp1=lens, c2_topk_lengths_clamp1=lens)
+        # SGLang's own JIT planner (split_kv 256), which the release takes instead of DeepGEMM's when its flags say
+        # so: a recorder of its own name, returning the shape DeepGEMM's does, so only the name tells them apart
+        planner = types.ModuleType("sglang.kernels.ops.attention.dsv4")
+        planner.get_paged_mqa_logits_metadata = lambda lens, block, sms: self.dg(
+            "sglang.get_paged_mqa_logits_metadata", lens, block, sms) or torch.zeros(sms + 1, 2, dtype=torch.int32)
+        with scoped(sys.modules, {"deep_gemm": self.deep_gemm, planner.__name__: planner}):
+            return mns["init_forward_metadata_indexer"](backend, core, compress_ratio=ratio,
+                                                        rows_per_request=rows_per_request)
+
+
+def amax8_varlen(scores, seq_lens, topk=0, *, max_seqlen=0, out=None):
+    """The JIT kernel's contract (candidate_blocks.amax8_varlen): out[b, i] = max of scores[b, 8i:8i+8] for
+    i < ceil(seq_lens[b] / 8), the last of them +inf, nothing written past; here NaN stands for what is there."""
+    rows, width = scores.shape
+    out = torch.full((rows, (width + 7) // 8), float("nan")) if out is None else out
+    for b in range(rows):
+        n = (int(seq_lens[b]) + 7) // 8
+        if n > topk or topk == 0:
+            padded = torch.nn.functional.pad(scores[b, : 8 * n], (0, 8 * n - min(8 * n, width)))
+            out[b, :n] = padded.view(n, 8).amax(-1).to(out.dtype)
+            out[b, n - 1] = torch.inf
+    return out
