@@ -12,6 +12,17 @@ def _series_dir(repo):
     return repo / "patches" / LINE / PACKAGE
 
 
+def _release_version(repo) -> None:
+    """Version the demo's line as a released patch set (pin.lock's [patchset] + a CHANGELOG entry with its digest),
+    so that check holds the series to its recorded digest, as it does this repository's."""
+    from patchkit.engine import Engine
+
+    with open(repo / "pin.lock", "a") as fh:
+        fh.write(f'\n[line."{LINE}".patchset]\nversion = "0.1.0"\n')
+    digest = Engine.from_repo(repo, line=LINE).patch_set().digest
+    (repo / "CHANGELOG.md").write_text(f"# Changelog\n\n## {LINE} line\n\n### 0.1.0 (2026-12-07)\n\nSeries-Digest: {digest}\n")
+
+
 def test_a_hunk_that_no_longer_applies_is_named_by_patch_file_and_line_as_git_apply_names_it(tmp_path):
     repo, env = demo_repo(tmp_path / "r")
     site = demo_target(tmp_path / "t")
@@ -29,3 +40,22 @@ def test_a_hunk_that_no_longer_applies_is_named_by_patch_file_and_line_as_git_ap
         assert patch.name in proc.stderr and f"demo/util.py:{header.group(1)}" in proc.stderr, (args, proc.stderr)
         assert not proc.stderr.rstrip().endswith(":"), proc.stderr
     assert snapshot(site) == before
+
+
+def test_a_series_listing_with_crlf_endings_is_refused_alike_by_check_and_apply_without_a_version_bump(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    _release_version(repo)
+    assert cli(repo, "check", env=env).returncode == 0
+    listing = _series_dir(repo) / "series"
+    listing.write_bytes(listing.read_bytes().replace(b"\n", b"\r\n"))     # what core.autocrlf=true makes of it
+    data, before = data_snapshot(repo), snapshot(site)
+    errors = []
+    for args in (["check"], ["apply", "--target", str(site)]):
+        proc = cli(repo, *args, env=env)
+        assert one_line_error(proc), (args, proc.stdout, proc.stderr)
+        errors.append(proc.stderr)
+    assert errors[0] == errors[1], errors        # the same refusal, word for word
+    assert str(listing) in errors[0] and "CRLF" in errors[0] and "LF" in errors[0], errors[0]
+    assert not re.search(r"bump|CHANGELOG|patch-set version|\[line\.", errors[0]), errors[0]
+    assert snapshot(site) == before and data_snapshot(repo) == data
