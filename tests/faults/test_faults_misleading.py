@@ -59,3 +59,20 @@ def test_a_series_listing_with_crlf_endings_is_refused_alike_by_check_and_apply_
     assert str(listing) in errors[0] and "CRLF" in errors[0] and "LF" in errors[0], errors[0]
     assert not re.search(r"bump|CHANGELOG|patch-set version|\[line\.", errors[0]), errors[0]
     assert snapshot(site) == before and data_snapshot(repo) == data
+
+
+def test_a_directory_where_a_patched_file_should_be_is_described_and_left_alone_never_to_be_removed(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    where = site / "demo" / "util.py"            # patch 2 changes this file
+    where.unlink()
+    where.mkdir()
+    (where / "notes.txt").write_text("the user's own file\n")
+    before = snapshot(site)
+    for args in (["apply"], ["revert"], ["status"]):
+        proc = cli(repo, *args, "--target", str(site), env=env)
+        assert one_line_error(proc), (args, proc.stdout, proc.stderr)
+        assert str(where) in proc.stderr and "found a directory" in proc.stderr, proc.stderr
+        assert "1 entry" in proc.stderr and "nothing written" in proc.stderr, proc.stderr
+        assert not re.search(r"\b(remove|delete|rm)\b", proc.stderr, re.I), proc.stderr
+        assert snapshot(site) == before
