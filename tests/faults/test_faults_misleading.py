@@ -2,10 +2,13 @@
 and a way out that is right for it, on one line, leaving every tree as it was."""
 from __future__ import annotations
 
+import json
 import re
+import zipfile
 
 from tests.engine_fixtures import snapshot
-from tests.fault_fixtures import LINE, PACKAGE, cli, data_snapshot, demo_repo, demo_target, one_line_error
+from tests.fault_fixtures import (LINE, PACKAGE, RELEASES, cli, data_snapshot, demo_repo, demo_target, make_wheel,
+                                  one_line_error)
 
 
 def _series_dir(repo):
@@ -76,3 +79,29 @@ def test_a_directory_where_a_patched_file_should_be_is_described_and_left_alone_
         assert "1 entry" in proc.stderr and "nothing written" in proc.stderr, proc.stderr
         assert not re.search(r"\b(remove|delete|rm)\b", proc.stderr, re.I), proc.stderr
         assert snapshot(site) == before
+
+
+def test_a_forged_manifest_naming_the_other_line_is_refused_naming_the_field_that_disagrees(demo, tmp_path):
+    repo, env = demo
+    assert cli(repo, "rebase", "--line", "1.0", "--to", "1.1", "--new-line", env=env).returncode == 0
+    site = tmp_path / "site-1.1"
+    with zipfile.ZipFile(make_wheel(tmp_path / "target-wheel", "1.1", RELEASES["1.1"])) as z:
+        z.extractall(site)
+    assert cli(repo, "apply", "--line", "1.1", "--target", str(site), env=env).returncode == 0
+    manifest = site / ".patchkit-attestation.json"
+    data = json.loads(manifest.read_text())
+    assert data["line"] == "1.1" and data["applied_to"] == ["demo 1.1"], data
+    data["line"] = "1.0"                    # forged: the other line, every other field as apply wrote it
+    manifest.write_text(json.dumps(data))
+    before = snapshot(site)
+    for args in (["apply"], ["apply", "--line", "1.0"], ["revert"]):
+        proc = cli(repo, *args, "--target", str(site), env=env)
+        assert one_line_error(proc), (args, proc.stderr)
+        said = proc.stderr
+        # the field that disagrees, with what it says and what the tree and the manifest's other field hold
+        assert "'line'" in said and "1.0" in said and "demo 1.0" in said and "'applied_to'" in said, (args, said)
+        assert "installed over" not in said, (args, said)      # nothing was installed over anything
+        assert snapshot(site) == before
+    status = cli(repo, "status", "--target", str(site), env=env)
+    assert "'line'" in status.stdout and "installed over" not in status.stdout, status.stdout
+    assert snapshot(site) == before
