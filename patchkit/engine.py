@@ -162,7 +162,7 @@ class Engine:
                 st.overlay.append((rel, self._patch_state(owner, [rel], files)))
             states.append(st)
         leftovers = target.files.stale_temps(touched) + _staging_dirs(target.path)
-        return TargetState(str(target.path), states, journal, leftovers)
+        return TargetState(str(target.path), states, journal, leftovers, running=target.files.live_holder())
 
     @staticmethod
     def _patch_state(index: int, paths: list[str], files: dict[str, FileState]) -> str:
