@@ -85,8 +85,14 @@ TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
 # TEST_WORKERS: pytest-xdist processes; each takes whole test files, so a file's module fixtures (unpacked trees,
 # AOT compiles, upstream checkouts) are built once. 2 fits the CI machine's two cores.
 TEST_WORKERS ?= 2
+# pytest's temporary files (unpacked trees, git repositories: several GB over a run) live in build/pytest-tmp, not
+# the system's temporary directory: pytest empties it when a run starts, pytest.ini drops a passed test's own
+# directory as soon as it passes, and a green run removes the rest; a red run's stays to be read (docs/testing.md).
+PYTEST_TMP := build/pytest-tmp
 test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_DIR)
+	mkdir -p $(dir $(PYTEST_TMP))
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --basetemp=$(PYTEST_TMP) $(TEST_DIR)
+	rm -rf $(PYTEST_TMP)
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
