@@ -20,7 +20,7 @@ help:
 	@echo "make status     per-patch state of build/site-LINE (or TARGET=dir)"
 	@echo "make revert     restore the pristine release files"
 	@echo "make check      every patch applies exactly and round-trips; upstream's isort/ruff/codespell on what the set adds ($(LINT_VENV))"
-	@echo "make test       create $(VENV) and run the CPU test suite"
+	@echo "make test       create $(VENV) (and the AOT and lint venvs) and run the CPU test suite (temporary files: build/pytest-tmp)"
 	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
 	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
 	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1] [NEW_LINE=1]   carry the LINE's series to a new release (NEW_LINE: as a new line)"
@@ -89,7 +89,8 @@ TEST_WORKERS ?= 2
 # the system's temporary directory: pytest empties it when a run starts, pytest.ini drops a passed test's own
 # directory as soon as it passes, and a green run removes the rest; a red run's stays to be read (docs/testing.md).
 PYTEST_TMP := build/pytest-tmp
-test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
+# $(LINT_VENV) too: tests/project/test_lint_gate.py runs upstream's linters from it (and skips without it).
+test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed) $(LINT_VENV)/.installed
 	mkdir -p $(dir $(PYTEST_TMP))
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --basetemp=$(PYTEST_TMP) $(TEST_DIR)
 	rm -rf $(PYTEST_TMP)
