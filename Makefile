@@ -20,7 +20,7 @@ help:
 	@echo "make status     per-patch state of build/site-LINE (or TARGET=dir)"
 	@echo "make revert     restore the pristine release files"
 	@echo "make check      every patch applies exactly and round-trips; upstream's isort/ruff/codespell on what the set adds ($(LINT_VENV))"
-	@echo "make test       create $(VENV) and run the CPU test suite"
+	@echo "make test       create $(VENV) (and the AOT and lint venvs) and run the CPU test suite (temporary files: build/pytest-tmp)"
 	@echo "make test-gpu   run the GPU tests (on a CUDA machine with torch+triton already installed)"
 	@echo "make bench      run every GPU benchmark in bench/ (on a CUDA machine)"
 	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1] [NEW_LINE=1]   carry the LINE's series to a new release (NEW_LINE: as a new line)"
@@ -87,8 +87,15 @@ TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
 # TEST_WORKERS: pytest-xdist processes; each takes whole test files, so a file's module fixtures (unpacked trees,
 # AOT compiles, upstream checkouts) are built once. 2 fits the CI machine's two cores.
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_DIR)
+# pytest's temporary files (unpacked trees, git repositories: several GB over a run) live in build/pytest-tmp, not
+# the system's temporary directory: pytest empties it when a run starts, pytest.ini drops a passed test's own
+# directory as soon as it passes, and a green run removes the rest; a red run's stays to be read (docs/testing.md).
+PYTEST_TMP := build/pytest-tmp
+# $(LINT_VENV) too: tests/project/test_lint_gate.py runs upstream's linters from it (and skips without it).
+test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed) $(LINT_VENV)/.installed
+	mkdir -p $(dir $(PYTEST_TMP))
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --basetemp=$(PYTEST_TMP) $(TEST_DIR)
+	rm -rf $(PYTEST_TMP)
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import PatchkitError, fsio, jsonio
 from .hashing import sha256_bytes
-from .lock import locked
+from .lock import live_holder, locked
 from .paths import clean_relpath
 
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
@@ -80,6 +80,10 @@ class OwnedFiles:
         """Hold this directory's lock while `command` runs (lock.locked: flock + holder pid)."""
         kwargs = {"log": log} if log else {}
         return locked(self.path("lock"), self.label, command, **kwargs)
+
+    def live_holder(self) -> tuple[int, str] | None:
+        """(pid, command) of another process holding this directory's lock now (lock.live_holder), else None."""
+        return live_holder(self.path("lock"))
 
 
 class RepoFiles(OwnedFiles):

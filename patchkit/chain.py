@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import PatchkitError
-from .gitcmd import git
+from .gitcmd import apply_failure, git
 from .hashing import sha256_bytes
 from .pristine import Pristine
 from .series import Series
@@ -65,10 +65,9 @@ def build_chain(series: Series, pristine: Pristine) -> Chain:
         for i, p in enumerate(series.patches):
             proc = git(scratch, "apply", "--verbose", "--whitespace=nowarn", str(p.path.resolve()), check=False)
             if proc.returncode != 0:
-                errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
                 raise PatchkitError(
                     f"{p.path}: does not apply to pristine {pristine.wheel.name} after the patches before it: "
-                    f"{errors[0][7:] if errors else proc.stderr.strip()[:200]}"
+                    f"{apply_failure(proc.stderr)}"
                 )
             notes = hunk_offsets(proc.stderr)
             if notes:

@@ -162,7 +162,7 @@ class Engine:
                 st.overlay.append((rel, self._patch_state(owner, [rel], files)))
             states.append(st)
         leftovers = target.files.stale_temps(touched) + _staging_dirs(target.path)
-        return TargetState(str(target.path), states, journal, leftovers)
+        return TargetState(str(target.path), states, journal, leftovers, running=target.files.live_holder())
 
     @staticmethod
     def _patch_state(index: int, paths: list[str], files: dict[str, FileState]) -> str:
@@ -247,10 +247,20 @@ class Engine:
         manifest = target.path / attestation.MANIFEST
         line = self._line_holding(installed)
         then = f"{op} --line {line}" if line else op
+        way_out = f"reset it with `rm {shlex.quote(str(manifest))}`, then run {then}"
+        pinned = sorted(attested.upstreams[n].label for n in installed if n in attested.upstreams)
+        found = sorted(f"{self.lock.upstream(n).package} {v}" for n, v in installed.items())
+        if sorted(data["applied_to"]) != pinned:
+            # Its own fields disagree (apply writes 'applied_to' from the pins of 'line'): edited or forged, not
+            # outrun by an install. Name the field that disagrees with the tree, never "installed over them".
+            odd = "'line'" if sorted(data["applied_to"]) == found else "'line' and 'applied_to'"
+            return (f"target {target.path}: expected an attestation whose fields agree, found {manifest} with "
+                    f"'line' {data['line']} (which pins {', '.join(pinned) or 'none'}) and 'applied_to' "
+                    f"{', '.join(data['applied_to']) or 'none'}, on a tree holding {holds}: its {odd} disagrees "
+                    f"(apply never writes such a manifest); {way_out}")
         return (f"target {target.path}: expected the releases its attestation {manifest} names "
                 f"(line {data['line']}: {', '.join(data['applied_to']) or 'none'}), found {holds} "
-                f"installed over them since; that attestation describes nothing here any more: "
-                f"reset it with `rm {shlex.quote(str(manifest))}`, then run {then}")
+                f"installed over them since; that attestation describes nothing here any more: {way_out}")
 
     def _refuse_other_line(self, target: Target, op: str) -> None:
         """A tree whose attestation names another line carries that line's set: only that line may touch it.

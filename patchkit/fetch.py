@@ -155,7 +155,7 @@ _verified: dict[str, int] = {}   # verified opens per upstream by this process (
 
 def _open_verified(path: Path, upstream, remedy: str):
     """`path` opened once (a regular file, no link followed), its sha256 checked from that handle; at offset 0."""
-    fd = fsio.open_regular(path, f"the cached wheel of {upstream.label}")
+    fd = fsio.open_regular(path, f"the cached wheel of {upstream.label}", ours=True)
     fh = os.fdopen(fd, "rb")
     try:
         found = sha256_stream(fh)

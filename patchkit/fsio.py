@@ -52,6 +52,17 @@ def kind_of(path: Path) -> str | None:
         return None
 
 
+def _found(path: Path, kind: str) -> str:
+    """What was found at `path`, in words for a refusal: its kind, and for a directory how many entries it holds."""
+    if kind == "a directory":
+        try:
+            n = len(os.listdir(path))
+        except OSError:
+            return kind
+        return f"{kind} ({n} {'entry' if n == 1 else 'entries'} in it)"
+    return kind
+
+
 def _unlink_any(path: Path) -> None:
     """Remove a non-directory entry of any type (a dangling link too); absent is fine."""
     try:
@@ -112,11 +123,15 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def open_regular(path: Path, what: str, owned: bool = False, create: bool = False, mode: str = "r") -> int | None:
+def open_regular(path: Path, what: str, owned: bool = False, create: bool = False, mode: str = "r",
+                 ours: bool = False) -> int | None:
     """A descriptor of the regular file at `path` (None if absent and not `create`), opened without following
     a link and without blocking on a FIFO; `owned`: it must belong to this user. `mode` "rw" opens it for
-    writing too (a lock file). Anything else at `path` is a one-line PatchkitError naming it."""
+    writing too (a lock file). Anything else at `path` is a one-line PatchkitError naming it and what is there.
+    Only at a name of patchkit's own (`owned`, or `ours`: its cache) does the error advise removing the entry:
+    anywhere else (a target's file, the patch data) the entry is the user's, and may hold their files."""
     path = Path(path)
+    advice = "; remove it if no patchkit command is running" if owned or ours else ""
     flags = (os.O_RDWR if mode == "rw" else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if create:
         flags |= os.O_CREAT
@@ -127,18 +142,14 @@ def open_regular(path: Path, what: str, owned: bool = False, create: bool = Fals
             raise PatchkitError(f"{path}: cannot create {what} (its directory is missing)") from None
         return None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PatchkitError(f"{path}: expected {what} (a regular file), found a symlink; "
-                                "remove it if no patchkit command is running") from None
-        if exc.errno == errno.EISDIR:
-            raise PatchkitError(f"{path}: expected {what} (a regular file), found a directory; "
-                                "remove it if no patchkit command is running") from None
+        if exc.errno in (errno.ELOOP, errno.EISDIR):
+            kind = "a symlink" if exc.errno == errno.ELOOP else "a directory"
+            raise PatchkitError(f"{path}: expected {what} (a regular file), found {_found(path, kind)}{advice}") from None
         raise PatchkitError(f"{path}: cannot open {what} ({exc.strerror})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise PatchkitError(f"{path}: expected {what} (a regular file), found {_kind(st.st_mode)}; "
-                                "remove it if no patchkit command is running")
+            raise PatchkitError(f"{path}: expected {what} (a regular file), found {_found(path, _kind(st.st_mode))}{advice}")
         if owned and hasattr(os, "geteuid") and st.st_uid != os.geteuid():
             raise PatchkitError(f"{path}: expected {what} owned by uid {os.geteuid()}, found uid {st.st_uid}")
         os.set_blocking(fd, True)

@@ -61,6 +61,18 @@ def checkout_git(repo: Path, *args: str, check: bool = True, env: dict | None = 
     return _spawn(repo, args, {**os.environ, "LC_ALL": "C", **(env or {})}, input, text, check)
 
 
+def apply_failure(stderr: str) -> str:
+    """Why `git apply` refused, in one line, as git names it: `patch failed: FILE:LINE` for a hunk whose context
+    is not there (LINE: the hunk's first line in the file), else its first error. git prints the hunk's
+    context after "while searching for:" over many lines; that header alone names nothing."""
+    errors = [l[len("error: "):] for l in stderr.splitlines() if l.startswith("error: ")]
+    failed = [e for e in errors if e.startswith("patch failed: ")]
+    if failed:
+        return f"{failed[0]} (its context lines are not at that line or near it)"
+    useful = [e for e in errors if e != "while searching for:"]
+    return useful[0] if useful else (stderr.strip().splitlines() or ["git apply failed"])[0][:200]
+
+
 def init_repo(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")

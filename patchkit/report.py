@@ -41,11 +41,15 @@ def format_state(state: TargetState) -> str:
                 out.append(f"  modified: {f.path} matches no pinned or patched state")
             for f in u.leftover:
                 out.append(f"  outdated: {f.path} was patched by an earlier series; apply or revert restores it")
-    if state.journal is not None:
+    if state.running is not None:
+        pid, command = state.running
+        out.append(f"'{command}' is running (pid {pid}, holding the target's lock): the states above are mid-write; "
+                   "run status again when it has finished")
+    elif state.journal is not None:
         out.append(f"journal present: a '{state.journal.get('op')}' was interrupted; run apply or revert to finish it")
         if state.journal.get("malformed"):
             out.append(f"  the journal is malformed ({state.journal['malformed']}); apply or revert replaces it")
-    for rel in state.temp_files:
+    for rel in state.temp_files if state.running is None else ():
         out.append(f"temp file left by an interrupted run: {rel} (apply or revert removes it)")
     out.append(f"target {state.target}: {state.summary}")
     return "\n".join(out)

@@ -71,6 +71,13 @@ def read_series_file(directory: Path) -> list[str]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PatchkitError(f"{listing}: expected UTF-8 text, found byte {raw[exc.start]:#04x} at offset {exc.start}") from None
+    # Its bytes are part of the series digest: a CRLF copy would read as the same list yet give a digest no
+    # released version has. The fix is the file's line endings, never a new version, for every command alike.
+    crlf = next((n for n, line in enumerate(text.split("\n"), 1) if line.endswith("\r")), None)
+    if crlf:
+        raise PatchkitError(f"{listing}: expected LF line endings, found CRLF (\\r\\n) at line {crlf}: the file was "
+                            f"converted (an editor, a copy); convert it back to LF, e.g. with sed -i 's/\\r$//' "
+                            f"{listing}; nothing written")
     names = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()

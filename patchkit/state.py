@@ -62,9 +62,12 @@ class TargetState:
     journal: dict | None = None
     temp_files: list[str] = field(default_factory=list)   # left by an interrupted write; apply/revert remove them
     before: TargetState | None = None    # after an apply/revert that wrote: the state it started from
+    running: tuple[int, str] | None = None   # (pid, command) of another command holding the target's lock now
 
     @property
     def summary(self) -> str:
+        if self.running is not None:     # its journal and temp files are its work in progress, not leftovers
+            return f"{self.running[1]} running (pid {self.running[0]})"
         if self.journal is not None:
             return f"interrupted {self.journal.get('op', '')}".strip()
         present = [u.summary for u in self.upstreams if u.present]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import PatchkitError
-from ..gitcmd import git
+from ..gitcmd import apply_failure, git
 
 
 def carried_change(series, index: int, pristine, ours_of: Callable[[str], bytes | None], onto: str,
@@ -39,7 +39,7 @@ def carried_change(series, index: int, pristine, ours_of: Callable[[str], bytes 
             include = [f"--include={rel}" for rel in files]
             proc = git(scratch, "apply", "--whitespace=nowarn", *include, str(p.path.resolve()), check=False)
             if proc.returncode != 0:
-                raise PatchkitError(f"{p.path}: does not apply to the pinned release: {proc.stderr.strip()[:200]}")
+                raise PatchkitError(f"{p.path}: does not apply to the pinned release: {apply_failure(proc.stderr)}")
         after = {rel: (scratch / rel).read_bytes() if (scratch / rel).exists() else None for rel in mine}
         earlier = {rel: [p.name for p in series.patches[:index] if rel in p.paths and not upstream_has(p)]
                    for rel in mine}

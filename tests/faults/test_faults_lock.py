@@ -95,3 +95,31 @@ def test_two_rebases_never_interleave_and_abort_waits_for_the_running_one(tmp_pa
     assert b'version = "1.1"' in after["pin.lock"]
     proc = cli(repo, "check", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_status_while_another_apply_holds_the_lock_names_it_running_with_its_pid_not_interrupted(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    first, flag = start_paused(repo, env, tmp_path, "apply", "--target", str(site), point="write:pause:1")
+    try:
+        assert (site / ".patchkit-journal.json").is_file()      # mid-write: its journal is there, as after a kill
+        proc = cli(repo, "status", "--target", str(site), env=env)
+        said = proc.stdout
+        assert f"pid {first.pid}" in said and "running" in said, said
+        assert "interrupted" not in said and "run apply or revert" not in said, said
+        assert proc.returncode == 1 and said.rstrip().endswith(f"apply running (pid {first.pid})"), said
+    finally:
+        rc, out, err = finish_paused(first, flag)
+    assert rc == 0, err
+    proc = cli(repo, "status", "--target", str(site), env=env)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith(": applied"), proc.stdout
+
+
+def test_status_after_a_killed_apply_still_calls_it_interrupted(tmp_path):
+    repo, env = demo_repo(tmp_path / "r")
+    site = demo_target(tmp_path / "t")
+    killed = cli(repo, "apply", "--target", str(site), env={**env, "PATCHKIT_TEST_FAULT": "kill:1"})
+    assert killed.returncode == 137
+    proc = cli(repo, "status", "--target", str(site), env=env)
+    assert "interrupted apply" in proc.stdout and "run apply or revert" in proc.stdout, proc.stdout
+    assert "running" not in proc.stdout, proc.stdout
