@@ -83,10 +83,11 @@ SITE_PACKAGES = -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 # LINE=NAME with a tests/line_NAME (dots as _) runs that line's tests; else all of tests/ (0.5.14 is tests/' own line)
 TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
 # TEST_WORKERS: pytest-xdist processes; each takes whole test files, so a file's module fixtures (unpacked trees,
-# AOT compiles, upstream checkouts) are built once. 2 fits the CI machine's two cores.
+# upstream checkouts) are built once, except that each AOT gate run (one Triton's compiles) is a unit of its own,
+# and the long setups start first (--dist loadgroup: tests/long_setups_first.py). 2 fits the CI machine's two cores.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_DIR)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(TEST_DIR)
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
@@ -173,7 +174,7 @@ bench-e2e:
 
 test-serve:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
-	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
+	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
 # GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).
