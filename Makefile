@@ -89,6 +89,10 @@ TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed)
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(TEST_DIR)
 
+# Every venv CI uses (.ci/run: `make -j2 venvs`, pip installs side by side; each stamp makes a later build a no-op).
+# LINE: the line of the serving tests' venv (make test-serve LINE=...).
+venvs: $(LINT_VENV)/.installed $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed) serve-venv
+
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
 # (or point pip at a wheelhouse there: PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR; fetching uses pip's own configuration).
@@ -150,7 +154,7 @@ SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --h
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
 SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor $(LINE_ARG) --gate --venv $(SGLANG_VENV) --tree $(TREE))
 
-.PHONY: install serve smoke test-serve bench-e2e
+.PHONY: install serve smoke serve-venv test-serve bench-e2e venvs
 
 install:
 	$(PYTHON) -m serving.install --venv $(SGLANG_VENV) $(LINE_ARG)
@@ -172,8 +176,10 @@ PINNED_PYTHON ?=
 bench-e2e:
 	$(PYTHON) -m bench.server.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
-test-serve:
+serve-venv:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
+
+test-serve: serve-venv
 	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
