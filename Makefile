@@ -85,7 +85,8 @@ SITE_PACKAGES = -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 # LINE=NAME runs that line's own tests, tests/line_NAME (dots as _); without LINE, all of tests/ (every line's)
 TEST_DIR = $(or $(wildcard tests/line_$(subst .,_,$(LINE))),tests)
 # TEST_WORKERS: pytest-xdist processes; each takes whole test files, so a file's module fixtures (unpacked trees,
-# AOT compiles, upstream checkouts) are built once. 2 fits the CI machine's two cores.
+# upstream checkouts) are built once, except that each AOT gate run (one Triton's compiles) is a unit of its own,
+# and the long setups start first (--dist loadgroup: tests/long_setups_first.py). 2 fits the CI machine's two cores.
 TEST_WORKERS ?= 2
 # pytest's temporary files (unpacked trees, git repositories: several GB over a run) live in build/pytest-tmp, not
 # the system's temporary directory: pytest empties it when a run starts, pytest.ini drops a passed test's own
@@ -94,8 +95,12 @@ PYTEST_TMP := build/pytest-tmp
 # $(LINT_VENV) too: tests/project/test_lint_gate.py runs upstream's linters from it (and skips without it).
 test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed) $(LINT_VENV)/.installed
 	mkdir -p $(dir $(PYTEST_TMP))
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --basetemp=$(PYTEST_TMP) $(TEST_DIR)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --basetemp=$(PYTEST_TMP) $(TEST_DIR)
 	rm -rf $(PYTEST_TMP)
+
+# Every venv CI uses (.ci/run: `make -j2 venvs`, pip installs side by side; each stamp makes a later build a no-op).
+# LINE: the line of the serving tests' venv (make test-serve LINE=...).
+venvs: $(LINT_VENV)/.installed $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed) serve-venv
 
 # The GPU box has its own torch/triton (pin.lock [runtime]); no venv there.
 # A box without internet: `make carry` here, ship .carry/ with the tree, then run with PATCHKIT_CACHE=.carry
@@ -159,7 +164,7 @@ SERVE_ARGS = --python $(SERVE_PY) $(if $(MODEL),--model $(MODEL)) --tp $(TP) --h
 # With BUNDLE the gate runs inside serve_cmd/smoke (after the install, on the bundle's tree).
 SERVE_GATE = $(if $(BUNDLE),,$(PYTHON) apply.py doctor $(LINE_ARG) --gate --venv $(SGLANG_VENV) --tree $(TREE))
 
-.PHONY: install serve smoke test-serve bench-e2e field-check
+.PHONY: install serve smoke serve-venv test-serve bench-e2e field-check venvs
 
 install:
 	$(PYTHON) -m serving.install --venv $(SGLANG_VENV) $(LINE_ARG)
@@ -190,9 +195,11 @@ PINNED_PYTHON ?=
 bench-e2e:
 	$(PYTHON) -m bench.server.bench_e2e $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(PINNED_PYTHON),--pinned-python $(PINNED_PYTHON)) --tree $(E2E_TREE) --tp $(TP) $(E2E_ARGS)
 
-test-serve:
+serve-venv:
 	$(PYTHON) -m serving.install --cpu-test-venv $(SERVE_TEST_VENV) $(LINE_ARG)
-	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
+
+test-serve: serve-venv
+	SERVE_TESTS_REQUIRE_SGLANG=1 $(SERVE_TEST_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/serving/test_serve_*.py tests/serving/test_emulate_sm120.py tests/bench/test_bench_e2e_args.py
 
 # ---- offline bundle for a GPU machine without internet (serving/bundle.py, docs/gpu_box.md) ----------------------
 # GPU_CC: the GPU machine's compute capability (90 = H100/H200; 120 = RTX PRO 6000 and other sm_120 cards).

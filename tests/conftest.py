@@ -133,3 +133,21 @@ def demo(tmp_path):
     wheels = [make_wheel(tmp_path / "wheels-index", v, files) for v, files in RELEASES.items()]
     repo, env = demo_repo(tmp_path)
     return repo, {**env, **pip_env(tmp_path / "pip", PIP_INDEX_URL=file_index(tmp_path / "index", wheels))}
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's worker reads the groups
+def pytest_collection_modifyitems(config, items):
+    if getattr(config.option, "loadgroup", False):   # an xdist worker under --dist loadgroup (make test)
+        from tests.long_setups_first import group_long_setups
+
+        group_long_setups(items)
+
+
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist, which the GPU machine need not have
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (make test): the units and order of tests/long_setups_first.py."""
+    if config.getvalue("dist") == "loadgroup":
+        from tests.long_setups_first import LongSetupsFirst
+
+        return LongSetupsFirst(config, log)
+    return None

@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 SM120_SHARED_LIMIT = 101376
 ARCHS = (120, 90)
 GATED = ("ws32g1", "ws32g2")
+# The module fixture compiles every WS config for both archs: over a minute on the CI machine (make test starts it
+# first, tests/long_setups_first.py).
+pytestmark = pytest.mark.slow
 
 
 def _compile_all() -> list[dict]:
