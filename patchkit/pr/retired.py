@@ -4,6 +4,7 @@ release line retired it, or the base routes (partly) around it.
 A release line records the patches of earlier lines it no longer carries in `patches/LINE/UPSTREAM/retired.toml`:
 
     [[retired]]
+    label = "..."                # the patch's label (its upstream-pr.toml `label`): export-pr names it so
     subject = "..."              # the patch's subject, as the earlier line's series has it
     status = "superseded"        # "superseded": upstream does its job another way; "upstream": upstream has the
                                  # change itself; "retired": dropped although upstream lacks it (`reason` says why)
@@ -43,6 +44,7 @@ class Record:
     release: str = ""
     reason: str = ""
     when: tuple[Condition, ...] = ()
+    label: str = ""
 
     def where(self) -> str:
         return f"line {self.line}'s {self.path.name}"
@@ -81,7 +83,7 @@ def load_records(lines_root: Path, upstream: str) -> list[Record]:
             if status == "retired" and not str(r.get("reason", "")).strip():
                 raise PatchkitError(f"{where}: expected 'reason' for status 'retired', found none")
             out.append(Record(line, path, r["subject"], status, by, str(r.get("release", "")),
-                              str(r.get("reason", "")).strip(), when))
+                              str(r.get("reason", "")).strip(), when, str(r.get("label", ""))))
     return out
 
 
