@@ -87,6 +87,20 @@ def load_records(lines_root: Path, upstream: str) -> list[Record]:
     return out
 
 
+def describe(r: Record) -> str:
+    """What a record says, in one clause, wherever the base: why the line does not carry the patch."""
+    if r.status == "retired":
+        return f"retired by {r.where()}: {r.reason}"
+    what = "has it" if r.status == "upstream" else "does its job another way"
+    since = f" since release {r.release}" if r.release else ""
+    return f"upstream {what}{since} ({', '.join(b.text() for b in r.by)}), recorded by {r.where()}"
+
+
+def matches(r: Record, subject: str, label: str) -> bool:
+    """The record is of this patch: the same subject, or the same label (labels outlive a rewritten subject)."""
+    return r.subject == subject or bool(label and r.label and r.label.upper() == label.upper())
+
+
 def verdict(patch, own_line: str, records: list[Record], read: Reader) -> str | None:
     """Why the patch must not go upstream on the base `read` gives (None: nothing says so)."""
     for r in records:

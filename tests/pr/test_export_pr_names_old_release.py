@@ -17,7 +17,7 @@ from patchkit.lockfile import load_lock, lock_lines
 from patchkit.pr.export import default_branch
 from patchkit.pr.retired import load_records
 from tests.conftest import REPO
-from tests.pr.test_export_pr import IDENTITY, all_patches, cli, delete_branches, git
+from tests.pr.test_export_pr import IDENTITY, cli, delete_branches, git, named
 from tests.rebase_cases import repo_copy
 
 OLD = "0.5.14"
@@ -40,9 +40,7 @@ def main_0514(copy, tmp_path_factory) -> Path:
 
 
 def labelled(copy: Path, label: str):
-    from patchkit.series import read_labels
-    (name,) = [f for f, lab in read_labels(copy / "patches" / OLD / "sglang").items() if lab == label]
-    return next(p for n, _, p in all_patches(copy, OLD) if n == "sglang" and p.name == name)
+    return named(copy, "sglang", label, OLD)
 
 
 def test_p3_on_a_0_5_14_main_is_refused_naming_both_releases_and_why(copy, main_0514):
