@@ -12,7 +12,7 @@ LINE_ARG := $(if $(LINE),--line $(LINE),)
 DISCARD_EDITS ?=
 DISCARD_ARG := $(if $(DISCARD_EDITS),--discard-edits,)
 
-.PHONY: apply status revert check test test-gpu carry bench clean help rebase rebase-continue rebase-abort pr
+.PHONY: apply status revert check test test-gpu carry bench clean help rebase rebase-continue rebase-abort pr pr-check
 
 help:
 	@echo "LINE=NAME       any target below on that release line of pin.lock (default: the newest; check: all)"
@@ -26,6 +26,7 @@ help:
 	@echo "make rebase TO=VERSION [FLASHINFER=VERSION] [DRY_RUN=1] [NEW_LINE=1]   carry the LINE's series to a new release (NEW_LINE: as a new line)"
 	@echo "make rebase-continue / make rebase-abort                   after resolving a conflict / to give up"
 	@echo "make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]   one patch (SERIES=1: its stack) as branches + PR bodies on an upstream checkout"
+	@echo "make pr-check   per exportable patch of the LINE: applies on the pin, upstream's hooks, its test red -> green on the CPU, its benchmark's suite (opt-in: not in check or CI)"
 	@echo "make install    $(SGLANG_VENV): the pinned SGLang + its pinned deps (pip's own configuration), patched; then doctor"
 	@echo "make serve [MODEL=path] [TP=n] [HOST=0.0.0.0] [PORT=p] [CONTEXT=n]   launch the patched server (no MODEL: tiny random DSv4)"
 	@echo "make smoke [same flags]   start the server, check chat + generate (stream and not), report TTFT, stop it"
@@ -136,6 +137,10 @@ pr:
 	@test -n "$(PATCH)" -a -n "$(REPO)" || { echo "usage: make pr PATCH=NAME REPO=DIR [BASE=REF] [SERIES=1] [FORCE=1] [BRANCH=NAME]"; exit 2; }
 	$(PYTHON) apply.py export-pr $(LINE_ARG) $(PATCH) --repo $(REPO) $(if $(BASE),--base $(BASE),) $(if $(SERIES),--series,) \
 		$(if $(FORCE),--force,) $(if $(BRANCH),--branch $(BRANCH),)
+
+# Opt-in, outside `check` and CI: it runs each exportable patch's upstream test on the pristine and patched trees.
+pr-check: $(VENV)/.installed $(LINT_VENV)/.installed
+	$(VPY) -m lint.pr_check --tools $(LINT_VENV)/bin $(LINE_ARG)
 
 clean:
 	rm -rf build $(VENV) $(LINT_VENV) $(AOT_VENVS)

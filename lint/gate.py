@@ -66,15 +66,15 @@ def added_lines(pristine: str, final: str) -> set[int]:
     return added
 
 
-def sources(repo: Path) -> list[Source]:
+def sources(repo: Path, lines: list[str] | None = None) -> list[Source]:
     """Every .py file the series of each upstream writes (patched or overlay), from the pinned wheels, and
-    the .py files kept under patches/<line>/<upstream>/, on every release line."""
+    the .py files kept under patches/<line>/<upstream>/, on every release line (or on `lines`)."""
     from patchkit.engine import Engine
 
     repo = Path(repo).resolve()
     newest = Engine.from_repo(repo)
     found = []
-    for line in newest.lock.lines:          # every release line, each on its own pinned wheels
+    for line in lines or newest.lock.lines:   # every release line, each on its own pinned wheels
         engine = newest.for_line(line)
         for name in engine.lock.upstreams:
             for path, fc in sorted(engine.chain(name).files.items()):
@@ -163,10 +163,10 @@ def line_findings(check: str, exe: Path, settings: list[str], files: dict[Path, 
     return findings
 
 
-def lint(repo: Path, tools: Path, settings: dict) -> list[str]:
+def lint(repo: Path, tools: Path, settings: dict, lines: list[str] | None = None) -> list[str]:
     findings = []
     with tempfile.TemporaryDirectory(prefix="lint-gate-") as tmp:
-        for upstream, group in _by_upstream(sources(repo)).items():
+        for upstream, group in _by_upstream(sources(repo, lines)).items():
             conf = settings.get(upstream)
             if conf is None:
                 raise RuntimeError(f"lint/settings.toml: expected a [{upstream}] table, found none")

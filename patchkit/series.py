@@ -4,14 +4,19 @@ Patch data is read only from regular files: a symlink, FIFO or device anywhere i
 under overlay/<line>/ is refused, one line naming it, and so is a link at patches/, patches/<line>/ or
 overlay/ on the way there, so no command reads a file from outside the repository (or blocks on a FIFO)
 through the data, and export never writes through one.
+
+A patch is named three ways (ARCHITECTURE.md, "A patch's names"): its file name (or that name less `.patch`),
+its `NNNN` series number, and the short label the series' data gives it (`label` of its `[[patch]]` in
+LABELS_FILE). `Series.by_name` is the one lookup: exact, never a part of a name.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import PatchkitError, fsio
+from .lockfile import tomllib
 from .paths import under
 from .patchfile import PatchFile, parse_patch
 
@@ -24,9 +29,31 @@ class Series:
     overlay_root: Path               # overlay/ (holds files in wheel layout)
     overlay_owner: dict[str, int]    # wheel path -> index of the patch that wires it in
     unclaimed: list[str]             # overlay files no patch claims: never applied, `check` fails on them
+    _labels: dict[str, str] | None = field(default=None, repr=False)
 
     def overlay_bytes(self, relpath: str) -> bytes:
         return fsio.read_regular(self.overlay_root / relpath, "an overlay file")
+
+    def labels(self) -> dict[str, str]:
+        """file name -> label, from LABELS_FILE beside the series (read once, when first asked: apply never needs it)."""
+        if self._labels is None:
+            self._labels = read_labels(self.directory)
+        return self._labels
+
+    def by_name(self, key: str) -> PatchFile | None:
+        """The patch `key` names exactly: its label (any case), its NNNN number (leading zeros optional), its file
+        name, or its file name less `.patch`; None when it names none of this series."""
+        labels = self.labels()
+        for p in self.patches:
+            number = p.name.split("-", 1)[0]
+            if (key in (p.name, p.name.removesuffix(".patch"))
+                    or (labels.get(p.name) and key.upper() == labels[p.name].upper())
+                    or (key.isdigit() and number.isdigit() and int(key) == int(number))):
+                return p
+        return None
+
+    def label_of(self, patch: PatchFile) -> str:
+        return self.labels().get(patch.name, "")
 
 
 def non_regular_entries(top: Path) -> list[tuple[Path, str]]:
@@ -60,6 +87,25 @@ def refuse_linked_data(patches_root: Path, overlay_root: Path) -> None:
         if kind not in (None, "a directory"):
             raise PatchkitError(f"{path}: expected a directory of the repository, found {kind}"
                                 + (f" (to {os.readlink(path)})" if kind == "a symlink" else ""))
+
+
+LABELS_FILE = "upstream-pr.toml"    # each [[patch]]: file = "NNNN-....patch", label = "..." (and what goes upstream)
+
+
+def read_labels(directory: Path) -> dict[str, str]:
+    """file name -> label of every [[patch]] of `directory`/LABELS_FILE that has one ({} without the file)."""
+    path = Path(directory) / LABELS_FILE
+    raw = fsio.read_regular(path, "a patch description file")
+    if raw is None:
+        return {}
+    try:
+        entries = tomllib.loads(raw.decode("utf-8")).get("patch", [])
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PatchkitError(f"{path}: expected TOML, found an error: {exc}") from None
+    if not isinstance(entries, list):
+        raise PatchkitError(f"{path}: expected [[patch]] tables, found {type(entries).__name__}")
+    return {e["file"]: e["label"] for e in entries
+            if isinstance(e, dict) and isinstance(e.get("file"), str) and isinstance(e.get("label"), str) and e["label"]}
 
 
 def read_series_file(directory: Path) -> list[str]:

@@ -27,7 +27,8 @@ from .carry import carried_change
 from .claims import fact_values, file_hits, fill_facts, missing_targets
 from .followup import first_pr_files
 from .prdata import DATA_FILE, load_pr_data
-from .retired import load_records, reach_warnings, verdict
+from .retired import describe, load_records, matches, reach_warnings, verdict
+from ..lockfile import version_key
 from ..rebase.reach import load_partly
 from .template import DEFAULT_TEMPLATE, TEMPLATE_PATHS
 
@@ -59,38 +60,42 @@ def add_parser(sub) -> None:
 
 
 # -- which patch, which branch ---------------------------------------------------------------------
-def find_patch(engine, spec: str):
-    """(upstream name, series, index) of the one patch `spec` names: its label as the README gives it
-    (upstream-pr.toml `label`, e.g. P1), its file name or stem, its NNNN number, or a unique part of its
-    name, optionally as UPSTREAM/NAME. Anything else is a usage error listing what this line has."""
+def find_patch(engine, spec: str, force: bool = False):
+    """(upstream name, series, index) of the one patch `spec` names exactly (Series.by_name: its label, NNNN
+    number, file name or stem; never a part of one), optionally as UPSTREAM/NAME. The line's retired.toml is
+    read first: a patch it records is refused with the recorded reason (one the series still holds exports with
+    --force). Anything else is a usage error listing what this line has."""
     parts = spec.rstrip("/").split("/")
     key, want_up = parts[-1], (parts[-2] if len(parts) > 1 else "")
-    candidates = []     # (upstream, series, index, label)
-    for name in engine.lock.upstreams:
-        series = engine.series(name)
-        data = load_pr_data(engine.patches_root / name)
-        labels = {p.file: p.label for p in data.patches.values()} if data else {}
-        candidates += [(name, series, i, labels.get(p.name, "")) for i, p in enumerate(series.patches)]
     if want_up and want_up not in engine.lock.upstreams:
         raise UsageError(f"export-pr: expected an upstream of line {engine.lock.line} ({', '.join(engine.lock.upstreams)}) "
                          f"before '/', found '{want_up}'")
-    mine = [c for c in candidates if not want_up or c[0] == want_up]
-
-    def exact(c) -> bool:
-        p = c[1].patches[c[2]]
-        stem = p.name[:-len(".patch")]
-        number = stem.split("-", 1)[0]
-        return (key in (p.name, stem) or (c[3] and key.upper() == c[3].upper())
-                or (key.isdigit() and number == key.zfill(4)))
-    hits = [c for c in mine if exact(c)] or [c for c in mine if key.lower() in c[1].patches[c[2]].name.lower()]
+    names = [want_up] if want_up else list(engine.lock.upstreams)
+    every = [(name, engine.series(name)) for name in engine.lock.upstreams]
+    for name, series in every:
+        held = series.by_name(key) if name in names else None
+        for r in load_records(engine.patches_root.parent, name) if name in names else ():
+            if r.line != engine.lock.line or not key:
+                continue
+            if held is not None and matches(r, held.subject, series.label_of(held)) and not force:
+                raise PatchkitError(f"export-pr: {held.name}: {describe(r)}; pass --force to export it anyway; "
+                                    "nothing written")
+            if held is None and (key.upper() == r.label.upper() or key == r.subject):
+                raise PatchkitError(f"export-pr: {spec}: line {r.line} no longer carries this patch: {describe(r)}; "
+                                    "nothing written")
+    hits = [(name, series, series.patches.index(p)) for name, series in every if name in names
+            for p in [series.by_name(key)] if p is not None]
     if len(hits) != 1:
-        def named(c) -> str:
-            return (f"{c[3]} = " if c[3] else "") + f"{c[0]}/{c[1].patches[c[2]].name[:4]}"
-        listed = ", ".join(named(c) for c in (hits or candidates))
+        def named(name, series, p) -> str:
+            label = series.label_of(p)
+            return (f"{label} = " if label else "") + f"{name}/{p.name[:4]}"
+        listed = ", ".join(named(n, s, s.patches[i]) for n, s, i in hits) if hits else \
+            ", ".join(named(n, s, p) for n, s in every for p in s.patches)
         found = f"{len(hits)} matches" if hits else "none"
-        raise UsageError(f"export-pr: expected one patch of line {engine.lock.line} matching '{spec}', found {found}; "
+        raise UsageError(f"export-pr: expected one patch of line {engine.lock.line} matching '{spec}' exactly (a "
+                         f"label, NNNN, file name or stem, optionally UPSTREAM/NAME), found {found}; "
                          f"{'they are' if hits else 'the patches are'}: {listed}")
-    return hits[0][:3]
+    return hits[0]
 
 
 def default_branch(patch) -> str:
@@ -261,13 +266,36 @@ def reader(repo: Path, commit: str):
     return read
 
 
-def template_at(repo: Path, commit: str) -> str:
+def template_at(repo: Path, commit: str) -> str | None:
+    """The base's own pull-request template; None when it has none (a wheel checkout has no .github/)."""
     read = reader(repo, commit)
     for path in TEMPLATE_PATHS:
         data = read(path)
         if data is not None:
             return data.decode("utf-8", errors="replace")
-    return DEFAULT_TEMPLATE
+    return None
+
+
+def choose_template(repo: Path, commit: str, data, up) -> tuple[str, str]:
+    """(template, note): the base's own (no note); without one, the upstream's own as the series' data keeps it
+    (upstream-pr.toml `template`), else generic sections, and a note telling the user to re-export on a clone."""
+    found = template_at(repo, commit)
+    if found is not None:
+        return found, ""
+    where = up.repo or up.package
+    kept = data.template if data else None
+    if kept is not None:
+        return kept.text, (f"export-pr: note: the base has no pull-request template (a wheel checkout?): the body "
+                           f"follows {where}'s as kept in {kept.path}; re-export on a clone of {where} to follow the "
+                           "template its branch has now")
+    return DEFAULT_TEMPLATE, (f"export-pr: note: the base has no pull-request template (a wheel checkout?) and none "
+                              f"of {where}'s is kept: the body uses generic sections "
+                              f"({', '.join(_headings(DEFAULT_TEMPLATE))}); re-export on a clone of {where} to follow "
+                              "its own template")
+
+
+def _headings(template: str) -> list[str]:
+    return [line.lstrip("#").strip() for line in template.splitlines() if line.startswith("## ")]
 
 
 def body_problem(path: Path, default_dir: Path | None) -> str | None:
@@ -456,8 +484,65 @@ def publish_commands(repo: Path, planned, remote: str, owner: str | None, gh_rep
     return out
 
 
-def run(engine, args) -> int:
-    name, series, index = find_patch(engine, args.patch)
+# -- the release the checkout is at, against the newest line --------------------------------------
+def release_at(repo: Path, commit: str) -> tuple[str, str] | None:
+    """(version, tag) of the newest release tag (vX.Y[.Z], no pre-release) `commit` contains; None when none does."""
+    tags = checkout_git(repo, "tag", "--merged", commit, check=False).stdout.split()
+    found = [(m.group(1), t) for t in tags for m in [re.fullmatch(r"v?(\d+(?:\.\d+)+)", t)] if m]
+    return max(found, key=lambda vt: version_key(vt[0])) if found else None
+
+
+def newest_line_verdict(engine, name: str, series, patch, repo: Path, base_commit: str, base_name: str):
+    """(refuse, text) when the base is a release older than the newest line's pin of this upstream: upstream's
+    branch has moved past it. Refused (without --force) when the newest line no longer carries the patch (its
+    retired.toml records it), else a warning naming the newest line; None when the base is not older, or its
+    release cannot be told (no release tag), or this is the newest line."""
+    newest = engine.lock.lines[-1] if engine.lock.lines else engine.lock.line
+    if newest == engine.lock.line:
+        return None
+    ahead = engine.for_line(newest)
+    if name not in ahead.lock.upstreams:
+        return None
+    pin, at = ahead.lock.upstream(name), release_at(repo, base_commit)
+    if at is None or version_key(at[0]) >= version_key(pin.version):
+        return None
+    said = (f"{base_name} is {pin.package} {at[0]} (tag {at[1]}), older than {pin.package} {pin.version}, the pin of "
+            f"line {newest}, the newest: upstream's branch has moved on since")
+    label = series.label_of(patch)
+    gone = [r for r in load_records(engine.patches_root.parent, name) if r.line == newest
+            and matches(r, patch.subject, label)]
+    if gone:
+        return True, f"{said}, and line {newest} no longer carries this patch: {describe(gone[0])}"
+    return False, (f"{said}; line {newest} carries {label or 'its own version of this patch'}: export that one onto a "
+                   "clone of upstream's branch to open the PR")
+
+
+# -- the command: gate, plan, write ---------------------------------------------------------------
+@dataclass
+class Request:
+    """What gate() settled, for plan() and write(): the patch, the checkout, the base, the chain."""
+    engine: object
+    args: object
+    name: str
+    series: object
+    index: int
+    up: object
+    repo: Path
+    who: str
+    data: object
+    base_commit: str
+    base_name: str
+    template: str
+    template_note: str       # said after the export: the base had no template of its own
+    warnings: list           # said after the export (a refusal stays one line): the newest line's word
+    chain: list
+    has: object
+
+
+def gate(engine, args) -> Request:
+    """Every check of the request before anything is planned: the patch's name (and the line's retired.toml),
+    the checkout, the names given, the base, the patch's status there, the newest line's verdict, the body path."""
+    name, series, index = find_patch(engine, args.patch, args.force)
     if args.series and (args.branch or args.body):
         raise UsageError("export-pr --series names its branches and bodies itself: drop --branch/--body")
     up = engine.lock.upstream(name)
@@ -469,7 +554,7 @@ def run(engine, args) -> int:
     who = identity(repo)
     data = load_pr_data(series.patches[index].path.parent)
     base_commit, base_name = resolve_base(repo, up, args.base)
-    template = template_at(repo, base_commit)
+    template, template_note = choose_template(repo, base_commit, data, up)
     chain = chain_of(series, index) if args.series else [index]
     patches = [series.patches[i] for i in chain]
     read_base = base_reader(repo, base_commit, up.repo_prefix)
@@ -483,19 +568,33 @@ def run(engine, args) -> int:
         patches = [series.patches[i] for i in chain]
     for p in patches:
         status_gate(p, args.force, read_base, records, engine.lock.line)
+    warnings = []
+    for p in patches:
+        said = newest_line_verdict(engine, name, series, p, repo, base_commit, base_name)
+        if said and said[0] and not args.force:
+            raise PatchkitError(f"export-pr: {p.name}: {said[1]}; pass --force to export it anyway; nothing written")
+        if said:
+            warnings.append(f"export-pr: warning: {p.name}: {said[1]}")
     partly = load_partly(series.patches[index].path.parent, series.patches, lambda _msg: None)
     for p in patches:
         for w in reach_warnings(p, partly.get(p.name), read_base):
             print(f"export-pr: warning: {p.name} is {w}; exported all the same", file=sys.stderr)
     if args.body and body_problem(Path(args.body), None):   # the user's file: never overwritten
         raise PatchkitError(f"export-pr: {body_problem(Path(args.body), None)}; nothing written")
+    return Request(engine, args, name, series, index, up, repo, who, data, base_commit, base_name, template, template_note,
+                   warnings, chain, has)
 
+
+def plan(req: Request) -> list[Planned]:
+    """Each branch of the request as a commit (objects only: no ref moves) with its message and body."""
+    engine, args, series, data, repo = req.engine, req.args, req.series, req.data, req.repo
+    patches = [series.patches[i] for i in req.chain]
     # Where the first branch of the chain starts: the base, or (a lone patch with Depends-On) the branch
     # of the last patch it needs, which must already exist and contain the base.
-    parent, parent_name, parent_pr = base_commit, base_name, None
+    parent, parent_name, parent_pr = req.base_commit, req.base_name, None
     # a dependency the base already has is no branch to build on
     deps = [d for d in patches[0].trailer("Depends-On")
-            if not has(series.patches[[p.name for p in series.patches].index(d)])]
+            if not req.has(series.patches[[p.name for p in series.patches].index(d)])]
     if deps:
         order = [p.name for p in series.patches]
         dep = series.patches[max(order.index(d) for d in deps)]
@@ -508,8 +607,8 @@ def run(engine, args) -> int:
             other = default_branch(series.patches[order.index(d)])
             if checkout_git(repo, "merge-base", "--is-ancestor", other, tip, check=False).returncode != 0:
                 raise PatchkitError(f"export-pr: {patches[0].name}: expected {dep_branch} to contain {other}, found it does not")
-        if checkout_git(repo, "merge-base", "--is-ancestor", base_commit, tip, check=False).returncode != 0:
-            raise PatchkitError(f"export-pr: {patches[0].name}: expected {dep_branch} to be based on {base_name}, "
+        if checkout_git(repo, "merge-base", "--is-ancestor", req.base_commit, tip, check=False).returncode != 0:
+            raise PatchkitError(f"export-pr: {patches[0].name}: expected {dep_branch} to be based on {req.base_name}, "
                                 f"found it is not; pass the base it was exported on (--base)")
         dep_pr = data.patches.get(dep.name) if data else None
         parent, parent_name, parent_pr = tip, dep_branch, (dep_branch, dep_pr.title if dep_pr else dep.subject)
@@ -519,9 +618,9 @@ def run(engine, args) -> int:
     def followup_of(i: int):
         described = data.patches.get(series.patches[i].name) if data else None
         return described.followup if described else None
-    steps = [(i, part) for i in chain for part in ((False, True) if args.series and followup_of(i) else (False,))]
-    if not args.series and followup_of(index):
-        print(f"export-pr: {series.patches[index].name}: its follow-up PR (\"{followup_of(index).title}\") is made "
+    steps = [(i, part) for i in req.chain for part in ((False, True) if args.series and followup_of(i) else (False,))]
+    if not args.series and followup_of(req.index):
+        print(f"export-pr: {series.patches[req.index].name}: its follow-up PR (\"{followup_of(req.index).title}\") is made "
               "on this branch with --series")
     planned, total = [], len(steps) if len(steps) > 1 else 0
     for k, (i, is_followup) in enumerate(steps, 1):
@@ -533,10 +632,11 @@ def run(engine, args) -> int:
         stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
         body_path = Path(args.body) if args.body else body_dir(engine, repo) / (branch.replace("/", "-") + ".md")
         if is_followup:
-            planned.append(plan_followup(planned[-1], name, data, repo, base_name, template, stack, branch, body_path))
+            planned.append(plan_followup(planned[-1], req.name, data, repo, req.base_name, req.template, stack, branch,
+                                         body_path))
         else:
-            planned.append(plan_one(engine, name, series, i, data, repo, parent, parent_name, base_name, template,
-                                    stack, branch, body_path, has))
+            planned.append(plan_one(engine, req.name, series, i, data, repo, parent, parent_name, req.base_name,
+                                    req.template, stack, branch, body_path, req.has))
         # the next patch of the stack builds on this one: plan it against this commit's tree
         parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
         parent_name, parent_pr = branch, (branch, planned[-1].title)
@@ -546,9 +646,12 @@ def run(engine, args) -> int:
         problem = body_problem(pl.body_path, default_dir)
         if problem:
             raise PatchkitError(f"export-pr: {problem}; nothing written")
+    return planned
 
-    # Every check passed: now the visible writes, branches first, then the bodies; all or nothing: a body that
-    # cannot be written takes the branches (and any body written before it) back, so a re-run starts clean.
+
+def write(repo: Path, planned: list[Planned]) -> None:
+    """The visible writes, branches first, then the bodies; all or nothing: a body that cannot be written takes
+    the branches (and any body written before it) back, so a re-run starts clean."""
     made, written = [], []
     try:
         for pl in planned:
@@ -574,14 +677,25 @@ def run(engine, args) -> int:
                 else str(exc))
         raise PatchkitError(f"export-pr: {said.removeprefix('export-pr: ')}; nothing kept: no branch made, "
                             + (f"but {', '.join(kept)} could not be put back" if kept else "no PR body written")) from None
-    gh_repo = _github_repo(up.repo)
+
+
+def run(engine, args) -> int:
+    req = gate(engine, args)
+    planned = plan(req)
+    write(req.repo, planned)
+    repo, base_name = req.repo, req.base_name
+    gh_repo = _github_repo(req.up.repo)
     gh_base = base_name if branch_exists(repo, base_name) else "BRANCH"
     if gh_base == "BRANCH":
         print(f"(the base {base_name} is not a branch: replace BRANCH with the upstream branch the PR targets)")
     for pl in planned:
         print(f"export-pr: {repo}: branch {pl.branch} = {pl.commit[:12]} on {base_name} ({len(pl.files)} file(s): {', '.join(pl.files)}), "
-              f"author {who}")
+              f"author {req.who}")
         print(f"export-pr: PR body written to {pl.body_path}")
+    for warning in req.warnings:
+        print(warning, file=sys.stderr)
+    if req.template_note:
+        print(req.template_note)
     for line in publish_commands(repo, planned, args.remote, args.owner, gh_repo, gh_base):
         print(line)
     return 0

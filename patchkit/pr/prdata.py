@@ -4,6 +4,9 @@ A patch header is written for this repository (it cites its own benchmarks, test
 request is read by the upstream project. So what goes upstream is data of its own, checked here:
 
     forbid = ['\\bP[0-9]\\b', 'BENCHMARKS\\.md']   # this repository's vocabulary: never in anything exported
+    template = "pull_request_template.md"    # optional: the upstream's own pull-request template, kept beside the
+                                             # series (its source in a comment above its first heading); used when
+                                             # the PR's base has none (a wheel checkout has no .github/)
 
     [[patch]]
     file = "0001-....patch"          # the series file it describes
@@ -53,9 +56,10 @@ from pathlib import Path
 from .. import PatchkitError
 from ..lockfile import tomllib
 from ..paths import clean_relpath
+from ..series import LABELS_FILE
 from .followup import Held
 
-DATA_FILE = "upstream-pr.toml"
+DATA_FILE = LABELS_FILE       # the labels the series' lookup reads live in the same file
 _PATCH_KEYS = {"file", "label", "title", "motivation", "modifications", "test", "facts", "reproduce", "accuracy",
                "benchmark", "related", "files", "followup"}
 _REF_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+#[1-9][0-9]*")
@@ -110,10 +114,17 @@ class UpstreamPR:
 
 
 @dataclass
+class KeptTemplate:
+    path: Path          # the file beside the series
+    text: str
+
+
+@dataclass
 class SeriesPRData:
     path: Path
     forbid: list[re.Pattern]
     patches: dict[str, UpstreamPR]
+    template: KeptTemplate | None = None
 
     def vocabulary_hits(self, text: str) -> list[str]:
         """Every forbidden term found in `text` (the matched words, in order)."""
@@ -207,9 +218,10 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PatchkitError(f"{path}: expected TOML, found an error: {exc}") from None
-    unknown = set(raw) - {"forbid", "patch"}
+    unknown = set(raw) - {"forbid", "patch", "template"}
     if unknown:
-        raise PatchkitError(f"{path}: expected only 'forbid' and [[patch]], found {sorted(unknown)}")
+        raise PatchkitError(f"{path}: expected only 'forbid', 'template' and [[patch]], found {sorted(unknown)}")
+    template = _kept_template(path, raw["template"]) if "template" in raw else None
     try:
         forbid = [re.compile(p) for p in raw.get("forbid", [])]
     except (re.error, TypeError) as exc:
@@ -230,7 +242,21 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
             followup = _upstream_pr(f"{where}: followup", series_dir, fu, name)
             followup.held = _held(f"{where}: followup", fu.get("held"), patches[name].modifications)
             patches[name].followup = followup
-    return SeriesPRData(path, forbid, patches)
+    return SeriesPRData(path, forbid, patches, template)
+
+
+def _kept_template(path: Path, value) -> KeptTemplate:
+    """upstream-pr.toml `template`: a Markdown file beside it (a plain name: the series directory holds it)."""
+    name = _str(f"{path}: template", value, "template")
+    kept = path.parent / name
+    if "/" in name or name in (".", "..") or not kept.is_file():
+        raise PatchkitError(f"{path}: template: expected the name of a file beside it, found {name!r}"
+                            + ("" if "/" in name else " (no such file)"))
+    try:
+        return KeptTemplate(kept, kept.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PatchkitError(f"{kept}: expected UTF-8 text, found byte {exc.object[exc.start]:#04x} at offset "
+                            f"{exc.start}") from None
 
 
 def _held(where: str, raw, shipped: dict[str, str]) -> list[Held]:

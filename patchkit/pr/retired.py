@@ -4,6 +4,7 @@ release line retired it, or the base routes (partly) around it.
 A release line records the patches of earlier lines it no longer carries in `patches/LINE/UPSTREAM/retired.toml`:
 
     [[retired]]
+    label = "..."                # the patch's label (its upstream-pr.toml `label`): export-pr names it so
     subject = "..."              # the patch's subject, as the earlier line's series has it
     status = "superseded"        # "superseded": upstream does its job another way; "upstream": upstream has the
                                  # change itself; "retired": dropped although upstream lacks it (`reason` says why)
@@ -84,6 +85,20 @@ def load_records(lines_root: Path, upstream: str) -> list[Record]:
             out.append(Record(line, path, r["subject"], status, by, str(r.get("release", "")),
                               str(r.get("reason", "")).strip(), when, str(r.get("label", ""))))
     return out
+
+
+def describe(r: Record) -> str:
+    """What a record says, in one clause, wherever the base: why the line does not carry the patch."""
+    if r.status == "retired":
+        return f"retired by {r.where()}: {r.reason}"
+    what = "has it" if r.status == "upstream" else "does its job another way"
+    since = f" since release {r.release}" if r.release else ""
+    return f"upstream {what}{since} ({', '.join(b.text() for b in r.by)}), recorded by {r.where()}"
+
+
+def matches(r: Record, subject: str, label: str) -> bool:
+    """The record is of this patch: the same subject, or the same label (labels outlive a rewritten subject)."""
+    return r.subject == subject or bool(label and r.label and r.label.upper() == label.upper())
 
 
 def verdict(patch, own_line: str, records: list[Record], read: Reader) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.pr.export import default_branch
-from tests.pr.test_export_pr import IDENTITY, _tree_of, all_patches, body_of, cli, delete_branches, git, pr_data
+from tests.pr.test_export_pr import IDENTITY, _tree_of, body_of, cli, delete_branches, git, named, pr_data
 from tests.rebase_cases import repo_copy
 
 LINE = "0.5.23"
@@ -94,7 +94,7 @@ def run_printed(command: str, root: Path, cuda_home: Path) -> subprocess.Complet
 @pytest.mark.parametrize("prefix", ["0001", "0002"])
 def test_flashinfer_pr_body_and_its_test_command(overlay_repo, flashinfer_checkout, tmp_path, prefix):
     repo = flashinfer_checkout
-    name, _, patch = next(t for t in all_patches(overlay_repo, LINE) if t[0] == "flashinfer" and t[2].name.startswith(prefix))
+    name, patch = "flashinfer", named(overlay_repo, "flashinfer", prefix, LINE)
     pr = pr_data(overlay_repo, name, LINE).patches[patch.name]
     branch = default_branch(patch)
     proc = cli(overlay_repo, "export-pr", f"flashinfer/{patch.name}", "--repo", str(repo), "--line", LINE)

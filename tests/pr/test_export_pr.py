@@ -134,6 +134,15 @@ def all_patches(repo: Path, line: str | None = None):
             yield name, up, p
 
 
+def named(repo: Path, upstream: str, key: str, line: str | None = None):
+    """The patch `key` names in a repository copy's series (Series.by_name: label, NNNN, file name or stem)."""
+    line = line or current_line()
+    root = tomllib.loads((repo / "pin.lock").read_text())["line"][line]["upstream"][upstream]["root"]
+    found = load_series(upstream, repo / "patches" / line, repo / "overlay" / line, root).by_name(key)
+    assert found is not None, f"no patch {key} in {upstream} of line {line}"
+    return found
+
+
 def status(patch) -> str:
     return (patch.trailer("Upstream-Status") or [""])[0]
 
@@ -144,8 +153,24 @@ def exportable(patch) -> bool:
 
 
 def needs_force(patch) -> bool:
-    # a Superseded-By that does not match on the base (P4's and P7's, on 0.5.14) exports without --force
-    return status(patch).startswith("Backport")
+    # a Superseded-By that does not match on the base (P4's and P7's, on 0.5.14) exports without --force, unless
+    # the newest line retired the patch: the checkouts here are main at this line's release
+    return status(patch).startswith("Backport") or retired_by_newest(patch)
+
+
+def retired_by_newest(patch) -> bool:
+    """The newest line's retired.toml records the patch of an older line: export-pr refuses it, without --force, on
+    a main older than the newest line's pin (upstream's branch has moved on)."""
+    from patchkit.lockfile import lock_lines
+    from patchkit.pr.retired import load_records, matches
+    from patchkit.series import read_labels
+
+    newest = lock_lines(REPO / "pin.lock")[-1]
+    if current_line() == newest:
+        return False
+    label = read_labels(patch.path.parent).get(patch.name, "")
+    return any(r.line == newest and matches(r, patch.subject, label)
+               for r in load_records(REPO / "patches", patch.path.parent.name))
 
 
 def pr_data(repo: Path, name: str, line: str | None = None):
@@ -321,7 +346,7 @@ def test_the_body_follows_the_template_at_the_base(checkouts, overlay_repo, late
         "## Summary\n<!-- what -->\n\n## Why\n<!-- why -->\n\n## Test plan\n<!-- how it was tested -->\n\n"
         "## Performance\n<!-- numbers -->\n\n## Sign-off\n- [ ] I agree.\n")
     git(repo, "commit", "-q", "-am", "another template")
-    name, _, patch = next(t for t in all_patches(overlay_repo) if t[2].name.startswith("0001") and t[0] == "sglang")
+    name, patch = "sglang", named(overlay_repo, "sglang", "0001")
     pr = pr_data(overlay_repo, name).patches[patch.name]
     branch = default_branch(patch)
     proc = cli(overlay_repo, "export-pr", f"sglang/{patch.name}", "--repo", str(repo))
@@ -428,7 +453,7 @@ def test_the_readme_names_export_pr_accepts(checkouts, overlay_repo):
     table = {label: m.group(0) for label, *cells in rows
              if (m := re.match(r"\w+ \d{4}", cells[columns[current_line()]].strip()))}
     assert "P1" in table, "README has no patch table"
-    name, patch = next((n, p) for n, _, p in all_patches(overlay_repo) if n == "sglang" and p.name.startswith("0001"))
+    name, patch = "sglang", named(overlay_repo, "sglang", "0001")
     proc = cli(overlay_repo, "export-pr", "p1", "--repo", str(checkouts[name]))
     try:
         assert proc.returncode == 0, proc.stderr
@@ -498,7 +523,7 @@ def _tree_of(repo: Path, ref: str, dest: Path) -> Path:
 
 def test_the_unittest_travels_registered_and_its_cpu_part_runs(checkouts, overlay_repo, tmp_path):
     repo, up = checkouts["sglang"], lock_of().upstream("sglang")
-    name, _, patch = next(t for t in all_patches(overlay_repo) if t[0] == "sglang" and t[2].name.startswith("0001"))
+    name, patch = "sglang", named(overlay_repo, "sglang", "0001")
     pr = pr_data(overlay_repo, name).patches[patch.name]
     branch = default_branch(patch)
     proc = cli(overlay_repo, "export-pr", f"sglang/{patch.name}", "--repo", str(repo))

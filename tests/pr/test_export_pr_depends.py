@@ -14,7 +14,7 @@ import pytest
 from patchkit.pr.export import default_branch
 from patchkit.patchfile import parse_patch
 from tests.rebase_cases import repo_copy
-from tests.pr.test_export_pr import all_patches, body_of, checkouts, cli, git, pr_data  # noqa: F401  (checkouts is a fixture)
+from tests.pr.test_export_pr import all_patches, body_of, checkouts, cli, git, needs_force, pr_data  # noqa: F401  (checkouts is a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,11 @@ def dependent_patches(repo):
     return found
 
 
+def force(patch) -> list[str]:
+    """--force where export-pr refuses the patch on these checkouts without it (tests/pr/test_export_pr.py)."""
+    return ["--force"] if needs_force(patch) else []
+
+
 def _branches(repo):
     return set(git(repo, "branch", "--format=%(refname:short)").split())
 
@@ -37,7 +42,7 @@ def test_refuses_without_the_dependency_branch_in_one_line(checkouts, overlay_re
     for name, up, patch in dependent_patches(overlay_repo):
         repo = checkouts[name]
         before = _branches(repo), git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")
-        proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo))
+        proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), *force(patch))
         assert proc.returncode == 1
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1, proc.stderr
@@ -55,10 +60,11 @@ def test_stacks_on_the_dependency_branch(checkouts, overlay_repo, patched_root):
         made = []
         try:
             for dep in deps:
-                proc = cli(overlay_repo, "export-pr", f"{name}/{dep}", "--repo", str(repo))
+                dep_patch = parse_patch(patch.path.parent / dep)
+                proc = cli(overlay_repo, "export-pr", f"{name}/{dep}", "--repo", str(repo), *force(dep_patch))
                 assert proc.returncode == 0, proc.stderr
-                made.append(default_branch(parse_patch(patch.path.parent / dep)))
-            proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo))
+                made.append(default_branch(dep_patch))
+            proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), *force(patch))
             assert proc.returncode == 0, proc.stderr
             mine = default_branch(patch)
             made.append(mine)
@@ -101,7 +107,8 @@ def test_series_exports_the_stack_titled_k_of_n(checkouts, overlay_repo):  # noq
         before = _branches(repo)
         chain = [parse_patch(patch.path.parent / d) for d in patch.trailer("Depends-On")] + [patch]
         branches = [default_branch(p) for p in chain]
-        proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), "--series")
+        proc = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), "--series",
+                   *[f for p in chain for f in force(p)][:1])
         try:
             assert proc.returncode == 0, proc.stderr
             n = len(chain)
@@ -117,7 +124,8 @@ def test_series_exports_the_stack_titled_k_of_n(checkouts, overlay_repo):  # noq
                 else:
                     assert "Builds on" not in body
             # a second run refuses before making anything: the first branch exists
-            again = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), "--series")
+            again = cli(overlay_repo, "export-pr", f"{name}/{patch.name}", "--repo", str(repo), "--series",
+                        *[f for p in chain for f in force(p)][:1])
             assert again.returncode == 1 and f"branch {branches[0]} already exists" in again.stderr
         finally:
             for b in branches:

@@ -9,7 +9,7 @@ import pytest
 
 from patchkit.pr.export import default_branch
 from tests.rebase_cases import repo_copy
-from tests.pr.test_export_pr import IDENTITY, all_patches, cli, delete_branches, git
+from tests.pr.test_export_pr import IDENTITY, cli, delete_branches, git, named
 
 LINE = "0.5.23"
 
@@ -24,7 +24,7 @@ def setup(tmp_path_factory):
     git(repo, "config", "user.email", IDENTITY[1])
     git(repo, "remote", "add", "origin", "https://github.com/flashinfer-ai/flashinfer")
     git(repo, "remote", "add", "fork", "git@github.com:jane-reviewer/flashinfer.git")
-    patch = next(p for n, _, p in all_patches(copy, LINE) if n == "flashinfer" and p.name.startswith("0002"))
+    patch = named(copy, "flashinfer", "0002", LINE)
     return copy, repo, patch
 
 

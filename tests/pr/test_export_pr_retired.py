@@ -17,7 +17,7 @@ from patchkit.pr.export import default_branch
 from patchkit.pr.retired import load_records
 from tests.conftest import REPO
 from tests.rebase_cases import repo_copy
-from tests.pr.test_export_pr import IDENTITY, all_patches, cli, delete_branches, git
+from tests.pr.test_export_pr import IDENTITY, cli, delete_branches, git, named
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,7 @@ def base_0523(copy, tmp_path_factory) -> Path:
 
 
 def patch_named(copy: Path, line: str, label: str):
-    from patchkit.pr.prdata import load_pr_data
-    data = load_pr_data(copy / "patches" / line / "sglang")
-    (name,) = [p.file for p in data.patches.values() if p.label == label]
-    return next(p for n, _, p in all_patches(copy, line) if n == "sglang" and p.name == name)
+    return named(copy, "sglang", label, line)
 
 
 @pytest.mark.parametrize("label,definition", [
