@@ -43,6 +43,7 @@ def joined(triton_mod: types.ModuleType, gluon_mod: types.ModuleType) -> types.M
     for mod in (triton_mod, gluon_mod):
         out.__dict__.update({k: v for k, v in vars(mod).items() if not k.startswith("__")})
     out.triton, out.gluon = triton_mod, gluon_mod
+    out.__file__ = triton_mod.__file__      # the backend is named by its Triton kernel's file
 
     def is_gluon(config) -> bool:
         return config in gluon_mod.GLUON_CONFIGS if isinstance(config, str) else len(config) >= 6

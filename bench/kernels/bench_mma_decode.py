@@ -41,6 +41,7 @@ from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_band
                                   make_pool, print_header, reference_f64, rel_err)
 from bench.kernels import v41_rows as V41
 from harness.mma_decode_cases import kernel_view
+from harness.mma_backend import load_mma_backend
 from harness.upstream import load_kernel, load_module
 from patchkit.lockfile import load_lock
 from serving import REPO
@@ -316,8 +317,8 @@ def load_ours(tree: Path | None, release_tree: Path | None = None):
     path = Path(tree) / TREE_KERNEL
     if not path.is_file():
         raise SystemExit(f"--tree: expected {path} (python3 -m bench.airgapped.tree_slice OUT), found no such file")
-    print(f"ours: {path} (the patched 0.5.23 tree's kernel)")
-    return load_kernel(path, "flash_mla_sm120_mma", tree=Path(tree))
+    print(f"ours: {path} (the patched 0.5.23 tree's kernel, with its Gluon module where the tree has it)")
+    return load_mma_backend(path, "flash_mla_sm120_mma", tree=Path(tree))
 
 
 def time_column(row, key, call, ref, replays=10) -> None:

@@ -13,9 +13,10 @@ from tests.conftest import pristine_wheel
 from tests.line_0_5_23 import v41_tree as V
 from tests.rebase.test_rebase_reach import _reader, _series
 
-MMA, DEFAULT, P3 = ("dsv4: an mma choice for the sm_120 sparse decode backend",
-                    "dsv4: make mma the sm_120 sparse decode default",
-                    "dsv4: run the MHC-pre mixing linear in bf16 on tensor cores")
+MMA, DEFAULT, GLUON, P3 = ("dsv4: an mma choice for the sm_120 sparse decode backend",
+                           "dsv4: make mma the sm_120 sparse decode default",
+                           "dsv4: a Gluon kernel for the sm_120 mma decode backend",
+                           "dsv4: run the MHC-pre mixing linear in bf16 on tensor cores")
 # Each forward's query rows per sparse-attention call: decode B 1-128; DSPARK block 6 (verify B x 6, draft-extend
 # up to B x 6, B 1-64); prefill chunks of 2048 rows; V4's MTP verify and prefill above 64 rows.
 FORWARDS = {
@@ -64,7 +65,8 @@ def _observed(pristine_root, patched_root) -> dict:
     for (model, forward), rows in FORWARDS.items():
         ours = {V.sparse_attention_route(patched_root, V.Calls(), r) for r in rows}
         alone = {V.sparse_attention_route(pristine_root, V.Calls(), r) for r in rows}
-        subjects = [MMA, DEFAULT] if ours == {"the set's MMA kernel"} else []
+        # the mma branch asks the Gluon patch's gluon_serves on every call: that patch runs too
+        subjects = [MMA, DEFAULT, GLUON] if ours == {"the set's MMA kernel"} else []
         upstream = [_upstream_attention(alone)]
         if model == "DeepSeek-V4.1-Flash":
             decode = any(k in forward for k in DECODE_KINDS)

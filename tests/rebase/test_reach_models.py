@@ -34,7 +34,8 @@ def test_rows_keep_file_order_and_name_patches_by_file():
     rows = load_models(series.directory, series.patches, pytest.fail)
     assert [r.model for r in rows][:1] == ["DeepSeek-V4.1-Flash"] and all(r.upstream for r in rows)
     assert rows[0].reaches == ("0001-dsv4-an-mma-choice-for-the-sm_120-sparse-decode-back.patch",
-                               "0002-dsv4-make-mma-the-sm_120-sparse-decode-default.patch")
+                               "0002-dsv4-make-mma-the-sm_120-sparse-decode-default.patch",
+                               "0003-dsv4-a-Gluon-kernel-for-the-sm_120-mma-decode-backen.patch")
 
 
 @pytest.mark.parametrize("line", ["0.5.14", "0.5.23"])
