@@ -1,9 +1,11 @@
 """The lint gate of `make check`: upstream's own formatters and linters on what this set ships.
 
 What is checked: every overlay file and every .py file kept under patches/<upstream>/ (the tests a PR
-carries) as whole files (and, by lint/vocabulary.py, every file export-pr ships against the series'
-forbidden vocabulary), and, in every file a patch changes, the lines the series adds (difflib against
-the pinned release's bytes). The patched files are checked whole, then only
+carries) as whole files, in every file a patch changes the lines the series adds (difflib against the
+pinned release's bytes), and every .py file export-pr ships for an exportable patch as its commit holds
+it (lint/shipped.py: a new file whole, a changed one for the lines the commit adds; those that are not
+already among the above, byte for byte, are named export-pr/LINE/NNNN/PATH), and, by lint/vocabulary.py,
+every file export-pr ships against the series' forbidden vocabulary. The patched files are checked whole, then only
 findings on added lines are reported: upstream's own lines are upstream's business, and its pinned 0.5.14
 files are not clean under the 0.5.23 tools. Which checks run, and their settings, come from
 lint/settings.toml, per upstream; the tools run isolated from any config file.
@@ -87,7 +89,30 @@ def sources(repo: Path, lines: list[str] | None = None) -> list[Source]:
                     found.append(Source(name, path, final, lines))
             for f in sorted((engine.patches_root / name).rglob("*.py")):
                 found.append(Source(name, str(f.relative_to(repo)), f.read_text(), None, f))
-    return found
+    return found + exported_sources(repo, found)
+
+
+def exported_sources(repo: Path, found: list[Source]) -> list[Source]:
+    """Every .py file export-pr ships for an exportable patch (lint/shipped.py), as its commit holds it, that
+    is not already among `found` with the same text: a new file whole, a changed one for the lines the commit
+    adds to its parent. Named export-pr/LINE/NNNN/PATH (the patch's commit)."""
+    from lint.shipped import shipped
+
+    whole = {(src.upstream, src.text) for src in found if src.lines is None}
+    patched = {(src.upstream, src.path, src.text) for src in found}
+    out = []
+    for f in shipped(repo):
+        if not f.path.endswith(".py") or f.after is None:
+            continue
+        text = f.after.decode()
+        if f.before is None and (f.upstream, text) in whole:
+            continue
+        if f.before is not None and (f.upstream, f.path, text) in patched:
+            continue
+        lines = None if f.before is None else added_lines(f.before.decode(), text)
+        if lines is None or lines:
+            out.append(Source(f.upstream, f"export-pr/{f.line}/{f.patch[:4]}/{f.path}", text, lines))
+    return out
 
 
 def fix(repo: Path, tools: Path, settings: dict) -> list[str]:

@@ -1,9 +1,8 @@
 """This repository's own vocabulary in what export-pr would ship upstream, without an upstream checkout.
 
-For every patch of every line that export-pr exports (its upstream-pr.toml describes it), the files of its
-commit on the pinned release are what `export-pr` builds (patchkit.pr.carry, onto the pinned files): every
-line of a new file (overlay modules, the unittest) and the lines the patch adds to upstream files are matched
-against the series' `forbid` list. export-pr refuses the same hits against the real base; this finds them
+For every patch of every line that export-pr exports, the files of its commit on the pinned release
+(lint/shipped.py): every line of a new file (overlay modules, the unittest, a benchmark) and the lines the
+patch adds to upstream files are matched against the series' `forbid` list. export-pr refuses the same hits against the real base; this finds them
 in `make check`.
 
     python -m lint.vocabulary [--repo DIR]      exit 0: none, 1: one line per hit
@@ -16,38 +15,18 @@ from pathlib import Path
 
 
 def findings(repo: Path) -> list[str]:
-    from patchkit.engine import Engine
-    from patchkit.pr.carry import carried_change
     from patchkit.pr.claims import file_hits
-    from patchkit.pr.prdata import load_pr_data
+
+    from lint.shipped import shipped
 
     repo = Path(repo).resolve()
-    newest = Engine.from_repo(repo, read_only=True)
     out = []
-    for line in newest.lock.lines:
-        engine = newest.for_line(line)
-        for name in engine.lock.upstreams:
-            data = load_pr_data(engine.patches_root / name)
-            if data is None:
-                continue
-            series, pristine = engine.series(name), engine.pristine(name)
-            pinned = lambda rel: pristine.read(rel) if pristine.has(rel) else None  # noqa: E731
-            for i, patch in enumerate(series.patches):
-                pr = data.patches.get(patch.name)
-                if pr is None:      # not exported (downstream only)
-                    continue
-                files = {rel: (pinned(rel), after)
-                         for rel, after in carried_change(series, i, pristine, pinned, "the pin", "").items()}
-                files.update({rel: (None, series.overlay_bytes(rel)) for rel in patch.overlay})
-                for described in (pr, pr.followup):   # the unittests of the PR and of its follow-up PR
-                    if described is not None and described.test_file is not None:
-                        files[described.test_dest] = (None, described.test_file.read_bytes())
-                for rel, (before, after) in files.items():
-                    if after is None:
-                        continue
-                    for path, n, term in file_hits(data.forbid, rel, before, after):
-                        out.append(f"{line} {name}/{patch.name[:4]}: {path}:{n}: names this repository's own "
-                                   f"'{term}' (forbidden by {data.path.relative_to(repo)})")
+    for f in shipped(repo):
+        if f.after is None:
+            continue
+        for path, n, term in file_hits(f.forbid, f.path, f.before, f.after):
+            out.append(f"{f.line} {f.upstream}/{f.patch[:4]}: {path}:{n}: names this repository's own "
+                       f"'{term}' (forbidden by {f.data_path.relative_to(repo)})")
     return out
 
 

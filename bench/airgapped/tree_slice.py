@@ -28,6 +28,7 @@ FILES = (
     "sglang/kernels/ops/attention/flash_mla_sm120.py",
     "sglang/kernels/ops/attention/flash_mla_sm120_triton.py",
     "sglang/kernels/ops/attention/flash_mla_sm120_mma.py",
+    "sglang/kernels/ops/attention/flash_mla_sm120_mma_gluon.py",
     "sglang/kernels/ops/layernorm/mhc_pre_triton.py",
     "sglang/srt/environ.py",
     "sglang/srt/models/deepseek_v4.py",

@@ -43,8 +43,9 @@ from bench.kernels.decode_timing import (ROTATE, SCALE, Inputs, Shape, copy_band
                                   make_pool, print_header, reference_f64, rel_err)
 from bench.kernels import v41_rows as V41
 from harness.line_files import command_lock, line_file, line_path, overlay_file
+from harness.mma_backend import load_mma_backend
 from serving.mma_decode_cases import kernel_view
-from harness.upstream import load_kernel, load_module
+from harness.upstream import load_module
 from serving import REPO
 
 
@@ -317,13 +318,13 @@ def load_ours(lock, tree: Path | None = None, release_tree: Path | None = None):
     register_custom_op), else the line's overlay file (register_custom_op from release_tree's files
     (bench/airgapped/release_slice.py), else from the line's pinned wheel, read through the patchkit cache)."""
     if tree is None:
-        return load_kernel(overlay_file(lock, KERNEL), "flash_mla_sm120_mma", tree=release_tree,
-                           line=None if release_tree else lock.line)
+        return load_mma_backend(overlay_file(lock, KERNEL), "flash_mla_sm120_mma", tree=release_tree,
+                                line=None if release_tree else lock.line)
     path = line_file(lock, KERNEL).in_tree(tree)
     if not path.is_file():
         raise SystemExit(f"--tree: expected {path} (python3 -m bench.airgapped.tree_slice OUT), found no such file")
-    print(f"ours: {path} (the patched {lock.line} tree's kernel)")
-    return load_kernel(path, "flash_mla_sm120_mma", tree=Path(tree))
+    print(f"ours: {path} (the patched {lock.line} tree's kernel, with its Gluon module where the tree has it)")
+    return load_mma_backend(path, "flash_mla_sm120_mma", tree=Path(tree))
 
 
 def time_column(row, key, call, ref, replays=10) -> None:

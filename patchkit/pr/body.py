@@ -120,13 +120,18 @@ def pr_body(pr: UpstreamPR, template: str, files: list[tuple[str, str]], base: s
     if stack.parent_branch:
         motivation = (f"Builds on `{stack.parent_branch}` (\"{stack.parent_title}\"): review and merge that "
                       f"PR first; this one adds a single commit on top of it.\n\n{motivation}")
-    mods = [f"One commit on `{base}`:", ""] + [f"- `{path}`: {what}" for path, what in files]
+    # a PR of a stack sits on the branch of the PR it builds on, not on the base
+    on = f"`{stack.parent_branch}` (itself on `{base}`)" if stack.parent_branch else f"`{base}`"
+    mods = [f"One commit on {on}:", ""] + [f"- `{path}`: {what}" for path, what in files]
     accuracy = [_measured(a) for a in pr.accuracy]
     if test_command:
         accuracy.append(f"Unit test added with this PR ({TEST_PARTS_TEXT[pr.test_parts]}):\n\n"
                         f"```\n{test_command}\n```")
     accuracy.append(_reproduction(pr, "accuracy"))
-    benchmark = [_measured(b) for b in pr.benchmark] + [_reproduction(pr, "benchmark")]
+    benchmark = [_measured(b) for b in pr.benchmark]
+    benchmark += [f"Benchmark added with this PR, in a checkout of this branch:\n\n```\n{run}\n```"
+                  for run in pr.runs]
+    benchmark.append(_reproduction(pr, "benchmark"))
     content = {"motivation": motivation, "modifications": "\n".join(mods),
                "issues": "\n".join(f"- {r.ref}: {r.why}" for r in pr.related),
                "accuracy": "\n\n".join(a for a in accuracy if a),

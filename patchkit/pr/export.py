@@ -25,7 +25,6 @@ from ..gitcmd import checkout_git
 from .body import Stack, commit_message, pr_body, test_description, title
 from .carry import carried_change
 from .claims import fact_values, file_hits, fill_facts, missing_targets
-from .followup import first_pr_files
 from .prdata import DATA_FILE, load_pr_data
 from .retired import describe, load_records, matches, reach_warnings, verdict
 from ..lockfile import version_key
@@ -44,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--base", metavar="REF", help="commit the PR is based on (default: main if the checkout has it, "
                                                  "else the pinned release tag)")
     p.add_argument("--series", action="store_true",
-                   help="also export the patches it depends on, and a patch's follow-up PR (upstream-pr.toml), as a "
+                   help="also export the patches it depends on, as a "
                         "stack of branches titled [k/N]")
     p.add_argument("--force", action="store_true",
                    help="export a patch marked as already upstream (Backport) or superseded (Superseded-By)")
@@ -356,7 +355,6 @@ class Planned:
     body_path: Path
     title: str
     prefix: str = ""         # the wheel root in the repo
-    whole: dict = None       # wheel path -> bytes of the whole patch (a follow-up ships what this one held back)
 
 
 def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_name, template, stack, branch,
@@ -376,21 +374,7 @@ def plan_one(engine, name, series, index, data, repo, parent, parent_name, base_
             raise PatchkitError(f"export-pr: {patch.name} does not apply to {parent_name}: {prefix}{rel} "
                                 "already exists there (the patch adds it)")
         change[rel] = series.overlay_bytes(rel)
-    whole = dict(change)
-    if pr.followup is not None:   # the regions its follow-up PR adds stay out of this one
-        change = first_pr_files(change, pr.followup.held, f"export-pr: {patch.name}: {data.path}: followup")
-    planned = _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path)
-    planned.whole = whole
-    return planned
-
-
-def plan_followup(first: Planned, name, data, repo, base_name, template, stack, branch, body_path):
-    """The follow-up PR of `first` (its [patch.followup]): the held-back files whole, on first's commit."""
-    patch, pr = first.patch, data.patches[first.patch.name].followup
-    read = reader(repo, first.commit)
-    change = {h.path: first.whole[h.path] for h in pr.held}
-    return _planned(patch, pr, change, data, read, first.prefix, first.branch, base_name, template, stack, branch,
-                    body_path)
+    return _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path)
 
 
 def _planned(patch, pr, change, data, read, prefix, parent_name, base_name, template, stack, branch, body_path):
@@ -613,30 +597,16 @@ def plan(req: Request) -> list[Planned]:
         dep_pr = data.patches.get(dep.name) if data else None
         parent, parent_name, parent_pr = tip, dep_branch, (dep_branch, dep_pr.title if dep_pr else dep.subject)
 
-    # A patch described with a follow-up PR is two steps of the stack: itself less the held regions, then the
-    # follow-up on its branch (with --series; alone, the first PR only).
-    def followup_of(i: int):
-        described = data.patches.get(series.patches[i].name) if data else None
-        return described.followup if described else None
-    steps = [(i, part) for i in req.chain for part in ((False, True) if args.series and followup_of(i) else (False,))]
-    if not args.series and followup_of(req.index):
-        print(f"export-pr: {series.patches[req.index].name}: its follow-up PR (\"{followup_of(req.index).title}\") is made "
-              "on this branch with --series")
-    planned, total = [], len(steps) if len(steps) > 1 else 0
-    for k, (i, is_followup) in enumerate(steps, 1):
+    planned, total = [], len(req.chain) if len(req.chain) > 1 else 0
+    for k, i in enumerate(req.chain, 1):
         patch = series.patches[i]
-        branch = (branch_of(followup_of(i).title, patch.name[:4]) if is_followup
-                  else args.branch or default_branch(patch))
+        branch = args.branch or default_branch(patch)
         if branch_exists(repo, branch) or any(pl.branch == branch for pl in planned):
             raise PatchkitError(f"export-pr: {repo}: branch {branch} already exists; pass --branch NAME or delete it")
         stack = Stack(k if total else 0, total, *(parent_pr or ("", "")))
         body_path = Path(args.body) if args.body else body_dir(engine, repo) / (branch.replace("/", "-") + ".md")
-        if is_followup:
-            planned.append(plan_followup(planned[-1], req.name, data, repo, req.base_name, req.template, stack, branch,
-                                         body_path))
-        else:
-            planned.append(plan_one(engine, req.name, series, i, data, repo, parent, parent_name, req.base_name,
-                                    req.template, stack, branch, body_path, req.has))
+        planned.append(plan_one(engine, req.name, series, i, data, repo, parent, parent_name, req.base_name,
+                                req.template, stack, branch, body_path, req.has))
         # the next patch of the stack builds on this one: plan it against this commit's tree
         parent = planned[-1].commit = write_commit(repo, parent, planned[-1].files, planned[-1].message)
         parent_name, parent_pr = branch, (branch, planned[-1].title)

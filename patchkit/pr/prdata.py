@@ -19,9 +19,10 @@ request is read by the upstream project. So what goes upstream is data of its ow
                                      # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one);
                                      # runner (optional, default "python3"): what the body's test command runs
                                      # the file with, as the upstream project's CI does ("pytest")
-    files = [{file = "upstream-benchmarks/bench_x.py", dest = "benchmark/bench_x.py", what = "..."}]
+    files = [{file = "upstream-benchmarks/bench_x.py", dest = "benchmark/bench_x.py", what = "...", run = "..."}]
                                      # further new files the PR adds (a benchmark script): repo layout, each
-                                     # listed under Modifications with `what`
+                                     # listed under Modifications with `what`; `run` (optional): the command
+                                     # that runs it in a checkout, printed in the Benchmark section
     related = [{ref = "owner/repo#123", why = "..."}]   # public issues/PRs the PR relates to (its template's
                                      # Related Issues section, else after the motivation)
     facts = {releases = "pkg/mod.py:RELEASES"}   # {releases} in any text = that module-level literal of
@@ -39,10 +40,7 @@ request is read by the upstream project. So what goes upstream is data of its ow
     [[patch.benchmark]]              # the same, plus the table as measured
     ...; columns = ["batch", "us"]; rows = [["1", "9.2"]]; source = "BENCHMARKS.md#anchor"
 
-    [patch.followup]                 # optional: a second PR on top of this one (followup.py), with the keys
-    title = "..."; ...               # of a [[patch]] but file and label, and `held`: the regions of shipped
-    [[patch.followup.held]]          # files this PR leaves out and the follow-up adds
-    path = "pkg/mod.py"; from = "def extra("; until = "def main("; with = ""
+A PR that builds on another is a patch of its own with `Depends-On:` that one (`export-pr --series` stacks them).
 
 `source` names where in this repository a number came from (tests check the numbers are there); it
 is never written into a PR.
@@ -57,14 +55,11 @@ from .. import PatchkitError
 from ..lockfile import tomllib
 from ..paths import clean_relpath
 from ..series import LABELS_FILE
-from .followup import Held
 
 DATA_FILE = LABELS_FILE       # the labels the series' lookup reads live in the same file
 _PATCH_KEYS = {"file", "label", "title", "motivation", "modifications", "test", "facts", "reproduce", "accuracy",
-               "benchmark", "related", "files", "followup"}
+               "benchmark", "related", "files"}
 _REF_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+#[1-9][0-9]*")
-_FOLLOWUP_KEYS = (_PATCH_KEYS - {"file", "label", "followup"}) | {"held"}
-_HELD_KEYS = {"path", "from", "until", "with"}
 _RESULT_KEYS = {"result", "command", "gpu", "versions", "date", "source", "harness", "model"}
 HARNESSES = ("upstream", "standalone")
 TEST_PARTS = ("cpu", "gpu")
@@ -109,8 +104,7 @@ class UpstreamPR:
     reproduce: dict[str, str] = field(default_factory=dict)          # REPRODUCE_KEYS -> upstream command
     accuracy: list[Measured] = field(default_factory=list)
     benchmark: list[Measured] = field(default_factory=list)
-    followup: "UpstreamPR | None" = None      # the PR that builds on this one (followup.py)
-    held: list[Held] = field(default_factory=list)   # a follow-up's: what the PR before it leaves out
+    runs: list[str] = field(default_factory=list)   # the commands that run `files` (files' `run`)
 
 
 @dataclass
@@ -188,8 +182,8 @@ def _files(where: str, series_dir: Path, raw) -> list[tuple[Path, str, str]]:
         raise PatchkitError(f"{where}: files: expected a list of {{file, dest, what}} tables, found {raw!r}")
     out = []
     for f in raw:
-        if not isinstance(f, dict) or set(f) != {"file", "dest", "what"}:
-            raise PatchkitError(f"{where}: files: expected {{file, dest, what}}, found {f!r}")
+        if not isinstance(f, dict) or not {"file", "dest", "what"} <= set(f) <= {"file", "dest", "what", "run"}:
+            raise PatchkitError(f"{where}: files: expected {{file, dest, what}} and optionally run, found {f!r}")
         src = Path(series_dir) / clean_relpath(_str(where, f["file"], "file"), f"{where}: files.file")
         if not src.is_file():
             raise PatchkitError(f"{where}: files.file: expected {src}, found no such file")
@@ -234,14 +228,6 @@ def load_pr_data(series_dir: Path) -> SeriesPRData | None:
         name = _str(where, p.get("file"), "file")
         where = f"{path}: {name}"
         patches[name] = _upstream_pr(where, series_dir, p, name)
-        if "followup" in p:
-            fu = p["followup"]
-            if not isinstance(fu, dict) or set(fu) - _FOLLOWUP_KEYS:
-                found = sorted(set(fu) - _FOLLOWUP_KEYS) if isinstance(fu, dict) else fu
-                raise PatchkitError(f"{where}: followup: expected keys {sorted(_FOLLOWUP_KEYS)}, found {found!r}")
-            followup = _upstream_pr(f"{where}: followup", series_dir, fu, name)
-            followup.held = _held(f"{where}: followup", fu.get("held"), patches[name].modifications)
-            patches[name].followup = followup
     return SeriesPRData(path, forbid, patches, template)
 
 
@@ -257,21 +243,6 @@ def _kept_template(path: Path, value) -> KeptTemplate:
     except UnicodeDecodeError as exc:
         raise PatchkitError(f"{kept}: expected UTF-8 text, found byte {exc.object[exc.start]:#04x} at offset "
                             f"{exc.start}") from None
-
-
-def _held(where: str, raw, shipped: dict[str, str]) -> list[Held]:
-    if not isinstance(raw, list) or not raw:
-        raise PatchkitError(f"{where}: held: expected a list of {{path, from, until[, with]}} tables, found {raw!r}")
-    out = []
-    for h in raw:
-        if not isinstance(h, dict) or not {"path", "from", "until"} <= set(h) <= _HELD_KEYS:
-            raise PatchkitError(f"{where}: held: expected {{path, from, until[, with]}}, found {h!r}")
-        rel = clean_relpath(_str(where, h["path"], "path"), f"{where}: held.path")
-        if rel not in shipped:
-            raise PatchkitError(f"{where}: held.path: expected a file of the patch's modifications, found {rel!r}")
-        out.append(Held(rel, _str(where, h["from"], "from"), _str(where, h["until"], "until", required=False),
-                        _str(where, h.get("with", ""), "with", required=False)))
-    return out
 
 
 def _upstream_pr(where: str, series_dir: Path, p: dict, name: str) -> UpstreamPR:
@@ -301,6 +272,7 @@ def _upstream_pr(where: str, series_dir: Path, p: dict, name: str) -> UpstreamPR
         motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
         test_file=test_file, test_dest=test_dest, test_parts=test_parts, test_runner=runner,
         related=_related(where, p.get("related", [])), files=_files(where, series_dir, p.get("files", [])),
+        runs=[_str(where, f["run"], "run") for f in p.get("files", []) if "run" in f],
         label=_str(where, p.get("label"), "label", required=False),
         facts=_facts(where, p.get("facts", {})), reproduce=_reproduce(where, p.get("reproduce", {})),
         accuracy=[_measured(f"{where}: accuracy", a, False) for a in p.get("accuracy", [])],

@@ -8,8 +8,9 @@ mma.sync only (no wgmma); Triton's metadata reports the shared memory, and the p
 Triton reports registers and spills (`-v`: its log of the very cubin Triton built, the release's own ptxas
 and flags).
 Compiles run in a subprocess so this process's TRITON_INTERPRET setting (the numerics tests use the
-interpreter) cannot leak in, and so another line's Triton can run them. The Gluon kernel is built only on the Triton releases the overlay names
-(GLUON_TRITON_RELEASES); on any other the gate shows that it does not build (recording the build error's
+interpreter) cannot leak in, and so another line's Triton can run them. A line's mma backend is read whole
+(harness/mma_backend.py: 0.5.14's one file, 0.5.23's Triton file and its Gluon module beside it). The Gluon kernel
+is built only on the Triton releases the overlay names (GLUON_TRITON_RELEASES); on any other the gate shows that it does not build (recording the build error's
 text) and that the dispatcher of that very runtime picks the Triton kernel for Gluon's shapes.
 The compile helpers and the production specialisation are harness/aot.py's (bench/experiments/
 count_instructions.py compiles the same).
@@ -28,7 +29,8 @@ from triton.experimental.gluon import language as gl
 
 from harness.aot import (DIV16, MAIN_SIGNATURE, aot_runs, aot_venv, build_report, compile_for_run, compile_kernel,
                          decode_constexprs, error_text, requirements_release)
-from harness.upstream import extract_functions, load_kernel
+from harness.mma_backend import GLUON_FILE, load_mma_backend
+from harness.upstream import extract_functions
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL = "flash_mla_sm120_mma.py"
@@ -74,7 +76,7 @@ def _compile_all(overlay: Path) -> dict:
     """Subprocess body: compile every config the runtime ships (and the combine kernel) for every arch."""
     import triton
 
-    mod = load_kernel(overlay, "flash_mla_sm120_mma_aot")
+    mod = load_mma_backend(overlay, "flash_mla_sm120_mma_aot")
     rows = []
 
     def build(fn, signature, constexprs, div16, num_warps, num_stages, arch):
@@ -148,7 +150,9 @@ def compiled(request) -> dict:
 
 def test_every_shipped_config_compiles_for_both_archs(compiled):
     # The config table, read without importing the module (no GPU, no interpreter).
-    ns = extract_functions(overlay_of(compiled["line"]), ["MMA_CONFIGS", "GLUON_CONFIGS"], {})
+    kernel = overlay_of(compiled["line"])
+    gluon_file = kernel.with_name(GLUON_FILE) if kernel.with_name(GLUON_FILE).is_file() else kernel
+    ns = {**extract_functions(kernel, ["MMA_CONFIGS"], {}), **extract_functions(gluon_file, ["GLUON_CONFIGS"], {})}
     kinds = {(r["arch"], r["kernel"]) for r in compiled["rows"]}
     gluon = [f"gluon/{name}" for name in ns["GLUON_CONFIGS"]] if compiled["gluon_builds"] else []
     for arch in ARCHS:

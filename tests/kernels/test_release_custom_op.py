@@ -34,7 +34,8 @@ from tests.conftest import REPO
 
 LINES = lock_lines(REPO / "pin.lock")
 # The set's modules that register torch ops, by file name (their place differs per line).
-KERNELS = {"flash_mla_sm120_mma.py": "sm120_mma_sparse_decode", "mhc_pre_triton.py": "mhc_pre_mixes"}
+KERNELS = {"flash_mla_sm120_mma.py": "sm120_mma_sparse_decode", "mhc_pre_triton.py": "mhc_pre_mixes",
+           "flash_mla_sm120_mma_gluon.py": "sm120_mma_gluon_sparse_decode"}
 RAW = re.compile(r"torch\.library|from\s+torch\s+import\s+library|\w+::\w+")
 
 
@@ -101,8 +102,9 @@ def shipped(line: str) -> list[str]:
 
 
 def test_each_line_ships_the_kernels_its_series_carries():
-    assert shipped("0.5.14") == sorted(KERNELS)
-    assert shipped("0.5.23") == ["flash_mla_sm120_mma.py"]
+    # 0.5.23: one kernel per file, the Gluon kernel its own module and op (sglang 0003)
+    assert shipped("0.5.14") == ["flash_mla_sm120_mma.py", "mhc_pre_triton.py"]
+    assert shipped("0.5.23") == ["flash_mla_sm120_mma.py", "flash_mla_sm120_mma_gluon.py"]
 
 
 @pytest.mark.parametrize("line, kernel", [(line, k) for line in LINES for k in shipped(line)])
@@ -138,16 +140,23 @@ def _line_main(line: str) -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from harness.mma_backend import TRITON_MODULE
+    from harness.scoped import scoped
     from harness.upstream import load_kernel, release_custom_op
     from serving.mma_decode_cases import make_case
 
     files = {p.name: p for p in overlay_files(line)}
     mma = load_kernel(files["flash_mla_sm120_mma.py"], "mma_under_test")
+    gluon = None
+    if "flash_mla_sm120_mma_gluon.py" in files:     # it imports the Triton module by its package name
+        with scoped(sys.modules, {TRITON_MODULE: mma}):
+            gluon = load_kernel(files["flash_mla_sm120_mma_gluon.py"], "gluon_under_test")
     mhc = load_kernel(files["mhc_pre_triton.py"], "mhc_under_test") if "mhc_pre_triton.py" in files else None
     with release_custom_op(line=line) as helper:
         pass
     assert mma.register_custom_op is helper.register_custom_op
     assert mhc is None or mhc.register_custom_op is helper.register_custom_op
+    assert gluon is None or gluon.register_custom_op is helper.register_custom_op
     eager_direct = hasattr(helper, "_call_directly_in_eager")     # 0.5.23's helper has it, 0.5.14's not
     assert eager_direct == (line != "0.5.14"), f"{line}: _call_directly_in_eager in its custom_op.py: {eager_direct}"
 
@@ -156,8 +165,13 @@ def _line_main(line: str) -> None:
         "Tensor? topk_length, Tensor? attn_sink, float softmax_scale, Tensor? extra_k_cache, "
         "Tensor? extra_indices, Tensor? extra_topk_length) -> (Tensor, Tensor)",
         "mhc_pre_mixes": "sglang::mhc_pre_mixes(Tensor x_flat, Tensor hc_fn, float eps) -> Tensor",
+        "sm120_mma_gluon_sparse_decode": "sglang::sm120_mma_gluon_sparse_decode(Tensor q, Tensor k_cache, "
+        "Tensor indices, Tensor? topk_length, Tensor? attn_sink, float softmax_scale, Tensor? extra_k_cache, "
+        "Tensor? extra_indices, Tensor? extra_topk_length) -> (Tensor, Tensor)",
     }
     entries = {"sm120_mma_sparse_decode": mma._mma_sparse_decode_op}
+    if gluon is not None:
+        entries["sm120_mma_gluon_sparse_decode"] = gluon._gluon_sparse_decode_op
     if mhc is not None:
         entries["mhc_pre_mixes"] = getattr(mhc, "mhc_pre_mixes_op", mhc.mhc_pre_mixes)
     for name, schema in ((n, schemas[n]) for n in entries):
@@ -167,7 +181,7 @@ def _line_main(line: str) -> None:
         entry = entries[name]
         if eager_direct:   # the decorated function: called directly in eager on CUDA tensors, else the op
             assert entry.__code__.co_qualname == "_call_directly_in_eager.<locals>.call", entry.__code__.co_qualname
-            assert entry.__wrapped__.__module__ in ("mma_under_test", "mhc_under_test")
+            assert entry.__wrapped__.__module__ in ("mma_under_test", "mhc_under_test", "gluon_under_test")
         else:              # the op itself
             assert entry is op, entry
 
@@ -185,6 +199,11 @@ def _line_main(line: str) -> None:
         fake = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
         f_out, f_lse = mma.flash_mla_sparse_decode_mma(**fake)
     assert (f_out.shape, f_out.dtype, f_lse.shape, f_lse.dtype) == (out.shape, out.dtype, lse.shape, lse.dtype)
+    if gluon is not None:   # the Gluon kernel runs on a GPU only (no interpreter): its fake implementation here
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+            g_out, g_lse = gluon.flash_mla_sparse_decode_mma_gluon(**fake)
+        assert (g_out.shape, g_out.dtype, g_lse.shape, g_lse.dtype) == (out.shape, out.dtype, lse.shape, lse.dtype)
 
     # P3: the same, and opcheck's schema and fake-tensor tests (they run the op on these CPU tensors too).
     if mhc is None:

@@ -2,8 +2,8 @@
 
 The dispatcher module imports sglang.srt.environ (stdlib only, loaded from the tree) and
 sglang.srt.utils (the whole runtime) for `is_hip`, which a CPU test answers False; the overlay
-kernel module, where the tree has it, is loaded by path under its package name, since
-sglang/kernels/__init__.py pulls in msgspec and every op group.
+kernel modules (the mma backend's Triton kernel, and its Gluon kernel where the tree has it), are loaded by
+path under their package names, since sglang/kernels/__init__.py pulls in msgspec and every op group.
 """
 from __future__ import annotations
 
@@ -19,17 +19,19 @@ from harness.upstream import import_from_tree, load_kernel, load_module, tree_pa
 
 DISPATCHER = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 MMA = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
+GLUON = "sglang/kernels/ops/attention/flash_mla_sm120_mma_gluon.py"
 PER_HEAD = "sglang/kernels/ops/attention/flash_mla_sm120_triton.py"
 ENVIRON = "sglang/srt/environ.py"
 MODEL = "sglang/srt/models/deepseek_v4.py"
 SELECTOR = "SGLANG_SM120_FLASHMLA_BACKEND"
 MMA_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_mma"
+GLUON_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_mma_gluon"
 PER_HEAD_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
 DISPATCHER_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120"
 # The release's register_custom_op, which the MMA module registers its op with (harness.upstream.release_custom_op).
 CUSTOM_OP = ("sglang/srt/utils/custom_op.py", "sglang/kernels/kernel_api_logging.py", "sglang/srt/utils/common.py")
 # What dispatcher() reads: a GPU box gets these files alone (write_slice), not the whole tree.
-SLICE = (DISPATCHER, PER_HEAD, MMA, ENVIRON, *CUSTOM_OP)
+SLICE = (DISPATCHER, PER_HEAD, MMA, GLUON, ENVIRON, *CUSTOM_OP)
 
 
 def _env(name: str, value: str | None):
@@ -49,40 +51,22 @@ def dispatcher(root: Path, backend: str | None) -> types.ModuleType:
         sys.modules["sglang.srt.utils"] = utils
         if (root / MMA).is_file():
             sys.modules[MMA_MODULE] = load_kernel(root / MMA, tree=root)
+        if (root / GLUON).is_file():     # it imports the Triton module (MMA_MODULE) by name
+            sys.modules[GLUON_MODULE] = load_kernel(root / GLUON, tree=root)
         sys.modules[PER_HEAD_MODULE] = load_module(root / PER_HEAD)
         module = load_module(root / DISPATCHER)
         # The mma and triton branches import their kernels at call time: keep them reachable after the context
         # (a test puts them back into sys.modules around its calls, see with_kernels).
         module._test_mma = sys.modules.get(MMA_MODULE)
+        module._test_gluon = sys.modules.get(GLUON_MODULE)
         module._test_per_head = sys.modules.get(PER_HEAD_MODULE)
     return module
-
-
-class LaunchSpy:
-    """Stands in for a kernel of a loaded module: records each launch grid, then launches the kernel."""
-
-    def __init__(self, kernel):
-        self.kernel, self.grids = kernel, []
-
-    def __getitem__(self, grid):
-        self.grids.append(grid)
-        return self.kernel[grid]
-
-
-def run_own_code(module: types.ModuleType) -> None:
-    """Make a dispatcher()'s MMA module run its own implementation when called. Its entry calls the torch op
-    sglang::sm120_mma_sparse_decode, registered once per process by the first module that loads it
-    (harness.upstream.release_custom_op): through the op, a later copy (another tree's file, the PR stack's
-    Triton-only file) would run the first one's code."""
-    mma = module._test_mma
-    if mma is not None:
-        mma._mma_sparse_decode_op = mma.mma_sparse_decode
 
 
 @contextmanager
 def with_kernels(module: types.ModuleType):
     """Around calls into a dispatcher(): its lazily imported kernel modules resolve to the tree's own."""
-    kernels = {MMA_MODULE: module._test_mma, PER_HEAD_MODULE: module._test_per_head}
+    kernels = {MMA_MODULE: module._test_mma, GLUON_MODULE: module._test_gluon, PER_HEAD_MODULE: module._test_per_head}
     with scoped(sys.modules, {name: mod for name, mod in kernels.items() if mod is not None}):
         yield
 

@@ -44,6 +44,7 @@ def test_each_slice_holds_the_files_the_benches_read_with_their_sha256(slices, p
 def test_ours_from_the_slice_matches_float64(slices, rows):
     mma = bm.load_ours(LOCK, slices / "patched")
     assert mma.__file__ == str(slices / "patched" / KERNEL)
+    assert mma.gluon.__file__ == str(slices / "patched" / KERNEL).replace("_mma.py", "_mma_gluon.py")
     gen = torch.Generator().manual_seed(rows)
     pools = (bm.make_pool(2, 256, gen), bm.make_pool(4, 64, gen))
     inp = bm.Inputs(bm.Shape(rows, 8, 64, 64, kind="verify"), pools, gen)

@@ -59,7 +59,8 @@ def test_pristine_mma_is_not_a_backend(pristine_root):
 def test_patched_mma_runs_the_overlay_kernel(patched_root, monkeypatch, B, H, topk, extra):
     module = T.dispatcher(patched_root, "mma")
     assert module._test_mma is not None
-    monkeypatch.setitem(sys.modules, T.MMA_MODULE, module._test_mma)  # the branch imports it at call time
+    monkeypatch.setitem(sys.modules, T.MMA_MODULE, module._test_mma)  # the branch imports them at call time
+    monkeypatch.setitem(sys.modules, T.GLUON_MODULE, module._test_gluon)
     calls = []
     kernel = module._test_mma.flash_mla_sparse_decode_mma
     monkeypatch.setattr(module._test_mma, "flash_mla_sparse_decode_mma",
@@ -143,6 +144,7 @@ def _routed(module, monkeypatch):
     and on the GPU machine; FlashInfer's need its library)."""
     ran = {}
     monkeypatch.setitem(sys.modules, T.MMA_MODULE, module._test_mma)
+    monkeypatch.setitem(sys.modules, T.GLUON_MODULE, module._test_gluon)
     stubs = ((module._test_mma, "flash_mla_sparse_decode_mma", "mma"),
              (module, "_flash_mla_flashinfer", "flashinfer decode"),
              (module, "_flash_mla_sm120_prefill", "flashinfer prefill"))

@@ -8,26 +8,41 @@ from __future__ import annotations
 import ast
 import importlib.util
 
+import pytest
+
 from patchkit.pr.prdata import load_pr_data
 from tests.conftest import REPO, pristine_wheel
 
 LINE = "0.5.23"
 
 
-def p1():
+# The per-commit CUDA suites of upstream's test/run_suite.py (PER_COMMIT_SUITES[HWBackend.CUDA]) that hold kernel
+# tests and benchmarks, as a stored copy of it lists them; run_suite.py refuses a file registered to a suite it
+# does not list (validate_all_suites). A kernel benchmark goes in the benchmark suite.
+UPSTREAM_KERNEL_SUITES = {"base-b-kernel-unit-test-1-gpu-large", "base-b-kernel-unit-test-4-gpu-b200",
+                          "base-b-kernel-unit-test-8-gpu-h200", "base-b-kernel-benchmark-test-1-gpu-large"}
+
+
+def p1(label: str = "P1"):
     data = load_pr_data(REPO / "patches" / LINE / "sglang")
-    (pr,) = [p for p in data.patches.values() if p.label == "P1"]
+    (pr,) = [p for p in data.patches.values() if p.label == label]
     return pr
 
 
-def test_it_sits_in_upstreams_attention_kernel_tests_and_registers(tmp_path):
-    pr = p1()
-    assert pr.test_dest.startswith("test/registered/kernels/ops/attention/test_")
+def _collector(tmp_path):
     collector = tmp_path / "ci_register.py"
     collector.write_bytes(pristine_wheel("sglang", LINE).read("sglang/test/ci/ci_register.py"))
     spec = importlib.util.spec_from_file_location("ci_register_0523", collector)
     register = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(register)
+    return register
+
+
+@pytest.mark.parametrize("label", ["P1", "P1-gluon"])
+def test_it_sits_in_upstreams_attention_kernel_tests_and_registers(tmp_path, label):
+    pr = p1(label)
+    assert pr.test_dest.startswith("test/registered/kernels/ops/attention/test_")
+    register = _collector(tmp_path)
     (entry,) = register.collect_tests([str(pr.test_file)], sanity_check=True)
     assert entry.backend == register.HWBackend.CUDA and entry.disabled is None
 
@@ -58,7 +73,7 @@ def test_its_kernel_benchmark_covers_every_row_of_the_body_and_registers(tmp_pat
     tree = ast.parse(src.read_text())
     (shapes,) = [ast.literal_eval(n.value) for n in tree.body
                  if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "SHAPES"]
-    stated = {row[0] for m in pr.benchmark + pr.followup.benchmark for row in m.rows}   # its follow-up's too
+    stated = {row[0] for m in pr.benchmark + p1("P1-gluon").benchmark for row in m.rows}   # its follow-up's too
     assert stated and stated <= {f"H{h}/B{b}/{kv}" for h, b, kv in shapes}
     decorators = [ast.unparse(d) for n in tree.body if isinstance(n, ast.FunctionDef) for d in n.decorator_list]
     assert "marker.benchmark('backend', ['mma', 'flashinfer'])" in decorators
@@ -75,3 +90,31 @@ def test_its_kernel_benchmark_covers_every_row_of_the_body_and_registers(tmp_pat
     spec.loader.exec_module(register)
     (entry,) = register.collect_tests([str(src)], sanity_check=True)
     assert entry.backend == register.HWBackend.CUDA and entry.disabled is None
+
+
+def test_its_kernel_benchmark_runs_in_the_suite_upstream_lists_for_kernel_benchmarks(tmp_path):
+    """Registered as the release's collector reads it, the benchmark lands in the kernel-benchmark suite that
+    upstream's run_suite.py lists (red before: base-b-kernel-benchmark-test-1-gpu-small, a suite it does not)."""
+    ((src, _, _),) = p1().files
+    (entry,) = _collector(tmp_path).collect_tests([str(src)], sanity_check=True)
+    assert entry.effective_suite == "base-b-kernel-benchmark-test-1-gpu-large" in UPSTREAM_KERNEL_SUITES
+
+
+def test_its_kernel_benchmark_reads_cold_kv_and_the_body_prints_its_command():
+    """Each captured call reads its own copy of the KV pools (do_bench's graph_clone_kwargs names them; red before:
+    None, every replay reading the same KV out of L2), each pool holds the tokens one call reads, and the PR body
+    prints the command that runs the benchmark (red before: no command)."""
+    pr = p1()
+    ((src, dest, _),) = pr.files
+    tree = ast.parse(src.read_text())
+    (bench,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "marker.do_bench"]
+    clone = {k.arg: k.value for k in bench.keywords}["graph_clone_kwargs"]
+    assert ast.unparse(clone) == "pools"
+    pools = {ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and ast.unparse(n.targets[0]) == "pools"}
+    assert pools == {"['k_cache']", "['k_cache', 'extra_k_cache']"}
+    assert pr.runs == [f"python3 {dest}"]
+    from patchkit.pr.body import Stack, pr_body
+
+    body = pr_body(pr, "", [], "main", Stack(0, 0, "", ""))
+    assert f"```\npython3 {dest}\n```" in body

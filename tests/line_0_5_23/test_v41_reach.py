@@ -22,9 +22,10 @@ from tests.conftest import pristine_wheel
 from tests.line_0_5_23 import v41_tree as V
 from tests.rebase.test_rebase_reach import _reader, _series
 
-MMA, DEFAULT, P3 = ("dsv4: an mma choice for the sm_120 sparse decode backend",
-                    "dsv4: make mma the sm_120 sparse decode default",
-                    "dsv4: run the MHC-pre mixing linear in bf16 on tensor cores")
+MMA, DEFAULT, GLUON, P3 = ("dsv4: an mma choice for the sm_120 sparse decode backend",
+                           "dsv4: make mma the sm_120 sparse decode default",
+                           "dsv4: a Gluon kernel for the sm_120 mma decode backend",
+                           "dsv4: run the MHC-pre mixing linear in bf16 on tensor cores")
 SCHEDULE, CANDIDATES = ("dsv4: give the sm_120 ratio-1/2 indexer DeepGEMM's own schedule",
                         "dsv4: start the v4.1 candidate indexer on sm_12x with paged logits")
 V41 = types.SimpleNamespace(model_type="deepseek_v41", candidate_source_layer_id=20, candidate_topk_blocks=2048,
@@ -95,7 +96,8 @@ def _observed(pristine_root, patched_root, tmp_path) -> dict:
     for (model, forward), rows in FORWARDS.items():
         ours = {V.sparse_attention_route(patched_root, V.Calls(), r) for r in rows}
         alone = {V.sparse_attention_route(pristine_root, V.Calls(), r) for r in rows}
-        subjects = [MMA, DEFAULT] if ours == {"the set's MMA kernel"} else []
+        # the mma branch asks the Gluon patch's gluon_serves on every call: that patch runs too
+        subjects = [MMA, DEFAULT, GLUON] if ours == {"the set's MMA kernel"} else []
         upstream = [_upstream_attention(alone)]
         if model == "DeepSeek-V4.1-Flash":
             decode = any(k in forward for k in DECODE_KINDS)

@@ -152,7 +152,12 @@ def sparse_attention_route(root: Path, calls: Calls, rows: int, heads: int = 64)
     module._flash_mla_sm120_prefill = calls.stub("flashinfer prefill", out)
     module._flash_mla_flashinfer = calls.stub("flashinfer decode", out)
     module._sm120_sparse_decode_fwd = calls.stub("torch reference", out)
-    stubs = {p1_tree.MMA_MODULE: types.SimpleNamespace(flash_mla_sparse_decode_mma=calls.stub("the set's MMA kernel", out)),
+    # q is a meta tensor, never CUDA: the Gluon module's gluon_serves answers no for it (tests/line_0_5_23/
+    # test_p1_stack.py checks that on the CPU), so the Triton kernel's entry takes the call; both are the set's MMA kernel
+    gluon = types.SimpleNamespace(gluon_serves=lambda q, *a: q.is_cuda,
+                                  flash_mla_sparse_decode_mma_gluon=calls.stub("the set's MMA kernel", out))
+    stubs = {p1_tree.GLUON_MODULE: gluon,
+             p1_tree.MMA_MODULE: types.SimpleNamespace(flash_mla_sparse_decode_mma=calls.stub("the set's MMA kernel", out)),
              p1_tree.PER_HEAD_MODULE: types.SimpleNamespace(flash_mla_sparse_decode_triton=calls.stub("per-head Triton", out))}
     with scoped(sys.modules, stubs):
         module.flash_mla_with_kvcache_sm120(

@@ -37,8 +37,6 @@ def descriptions():
             data = load_pr_data(REPO / "patches" / line / name)
             for pr in data.patches.values():
                 yield line, name, up, pr
-                if pr.followup is not None:     # its follow-up PR's texts are checked alike
-                    yield line, name, up, pr.followup
 
 
 def _constant(path: Path, name: str):

@@ -53,7 +53,7 @@ def test_every_measured_row_is_in_the_benchmarks_table_it_names():
     doc = (REPO / "BENCHMARKS.md").read_text()
     checked = 0
     for _, name, _, data in _data():
-        for pr in (q for p in data.patches.values() for q in (p, p.followup) if q is not None):
+        for pr in data.patches.values():
             for m in pr.accuracy + pr.benchmark:
                 target, _, anchor = m.source.partition("#")
                 assert target == "BENCHMARKS.md" and anchor, f"{pr.file}: source {m.source!r}"
@@ -124,14 +124,13 @@ def test_a_code_block_with_hash_lines_does_not_end_a_section():
     ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[patch.reproduce]\nserve = "x"\n',
      "reproduce: expected a table with keys server, benchmark, accuracy"),
     ('colour = 1\n', "expected only 'forbid' and [[patch]], found ['colour']"),
-    # a follow-up PR: its own keys, and held regions only of files the patch ships
-    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[patch.followup]\ntitle = "f"\nmotivation = "m"\n'
-     'label = "P9"\n', "followup: expected keys"),
+    # a PR that builds on another is a patch of its own (Depends-On): no follow-up table in a patch's entry
     ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[patch.followup]\ntitle = "f"\nmotivation = "m"\n',
-     "followup: held: expected a list of {path, from, until[, with]} tables, found None"),
-    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\nmodifications = [{path = "a.py", what = "w"}]\n'
-     '[patch.followup]\ntitle = "f"\nmotivation = "m"\n[[patch.followup.held]]\npath = "b.py"\nfrom = "x"\nuntil = "y"\n',
-     "held.path: expected a file of the patch's modifications, found 'b.py'"),
+     "expected keys ['accuracy', 'benchmark', 'facts', 'file', 'files', 'label', 'modifications', 'motivation', "
+     "'related', 'reproduce', 'test', 'title'], found ['file', 'followup', 'motivation', 'title']"),
+    # a further file's run command is a string
+    ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\nfiles = [{file = "upstream-pr.toml", dest = "t/b.py", '
+     'what = "w", run = 1}]\n', "expected 'run' as a non-empty string, found 1"),
 ])
 def test_malformed_data_is_refused_in_one_line(tmp_path: Path, text, expected):
     (tmp_path / "upstream-pr.toml").write_text(text)

@@ -35,8 +35,9 @@ def test_rows_keep_file_order_and_name_patches_by_file():
     assert [r.model for r in rows][:1] == ["DeepSeek-V4.1-Flash"] and all(r.upstream for r in rows)
     assert rows[0].reaches == ("0001-dsv4-an-mma-choice-for-the-sm_120-sparse-decode-back.patch",
                                "0002-dsv4-make-mma-the-sm_120-sparse-decode-default.patch",
-                               "0003-dsv4-give-the-sm_120-ratio-1-2-indexer-DeepGEMM-s-ow.patch",
-                               "0004-dsv4-start-the-v4.1-candidate-indexer-on-sm_12x-with.patch")
+                               "0003-dsv4-a-Gluon-kernel-for-the-sm_120-mma-decode-backen.patch",
+                               "0004-dsv4-give-the-sm_120-ratio-1-2-indexer-DeepGEMM-s-ow.patch",
+                               "0005-dsv4-start-the-v4.1-candidate-indexer-on-sm_12x-with.patch")
 
 
 @pytest.mark.parametrize("line", ["0.5.14", "0.5.23"])

@@ -1,10 +1,12 @@
-"""The Gluon decode kernel of the sm_120 mma backend, through flash_mla_with_kvcache_sm120.
+"""The Gluon decode kernel of the sm_120 mma backend (flash_mla_sm120_mma_gluon.py), through
+flash_mla_with_kvcache_sm120.
 
 pick_config takes the Gluon kernel for up to 16 heads from 16 rows, and only under the Triton releases of
-GLUON_TRITON_RELEASES; every other shape and release keeps the Triton kernel (the CPU test). On a GPU, with
-SGLANG_SM120_FLASHMLA_BACKEND=mma set before flash_mla_sm120 reads it, the entry point launches the Gluon kernel at
-those shapes and its output matches the module's PyTorch fallback over the same FP8 KV pages; with the Gluon kernel
-ruled out (a Triton release off the list) the same calls take the Triton kernel and match too.
+GLUON_TRITON_RELEASES; every other shape and release keeps the Triton kernel of flash_mla_sm120_mma.py (the CPU
+test). On a GPU, with SGLANG_SM120_FLASHMLA_BACKEND=mma set before flash_mla_sm120 reads it, the entry point
+launches the Gluon kernel at those shapes and its output matches the module's PyTorch fallback over the same FP8
+KV pages; with the Gluon kernel ruled out (a Triton release off the list) the same calls launch the Triton kernel
+and match too.
 """
 
 import math
@@ -19,6 +21,7 @@ os.environ["SGLANG_SM120_FLASHMLA_BACKEND"] = "mma"
 
 from sglang.kernels.ops.attention import flash_mla_sm120
 from sglang.kernels.ops.attention import flash_mla_sm120_mma as mma
+from sglang.kernels.ops.attention import flash_mla_sm120_mma_gluon as gluon
 from sglang.kernels.ops.attention.flash_mla_sm120 import (
     _sm120_sparse_decode_fwd,
     flash_mla_with_kvcache_sm120,
@@ -118,23 +121,23 @@ class _LaunchSpy:
 
 class TestFlashMLASm120MMAGluon(unittest.TestCase):
     def test_pick_config_takes_gluon_for_few_heads_from_16_rows_on_its_releases(self):
-        for release in mma.GLUON_TRITON_RELEASES:
+        for release in gluon.GLUON_TRITON_RELEASES:
             version = release + ".0"
             with self.subTest(triton=version):
-                self.assertTrue(mma.gluon_builds(version))
+                self.assertTrue(gluon.gluon_builds(version))
                 for heads, rows in ((8, 16), (16, 16), (8, 64), (16, 256)):
                     self.assertEqual(
-                        mma.pick_config(heads, rows, version), mma.GLUON_CONFIG
+                        gluon.pick_config(heads, rows, version), gluon.GLUON_CONFIG
                     )
                 for heads, rows in ((16, 1), (8, 15), (32, 64), (64, 16)):
                     self.assertEqual(
-                        mma.pick_config(heads, rows, version),
+                        gluon.pick_config(heads, rows, version),
                         mma.pick_triton_config(heads, rows, version),
                     )
         # a release whose Gluon API the kernel was not built against: the Triton kernel everywhere
-        self.assertFalse(mma.gluon_builds("3.5.0"))
+        self.assertFalse(gluon.gluon_builds("3.5.0"))
         for heads, rows in ((8, 64), (16, 16)):
-            self.assertIn(mma.pick_config(heads, rows, "3.5.0"), mma.MMA_CONFIGS)
+            self.assertIn(gluon.pick_config(heads, rows, "3.5.0"), mma.MMA_CONFIGS)
 
     def _check_against_fallback(self, heads, batch):
         args = _case(batch, heads, 128, 512, "cuda", seed=batch)
@@ -149,25 +152,35 @@ class TestFlashMLASm120MMAGluon(unittest.TestCase):
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_entry_point_launches_gluon_and_matches_the_fallback(self):
         self.assertEqual(flash_mla_sm120._sm120_default_backend, "mma")
-        if not mma.gluon_builds():
+        if not gluon.gluon_builds():
             self.skipTest("this Triton release takes the Triton kernel only")
         for heads in (8, 16):
             for batch in (16, 64):
                 with self.subTest(heads=heads, batch=batch):
-                    spy = _LaunchSpy(mma._gluon_sparse_decode_kernel)
-                    with mock.patch.object(mma, "_gluon_sparse_decode_kernel", spy):
-                        self._check_against_fallback(heads, batch)
+                    spy = _LaunchSpy(gluon._gluon_sparse_decode_kernel)
+                    triton_spy = _LaunchSpy(mma._mma_sparse_decode_kernel)
+                    with mock.patch.object(gluon, "_gluon_sparse_decode_kernel", spy):
+                        with mock.patch.object(
+                            mma, "_mma_sparse_decode_kernel", triton_spy
+                        ):
+                            self._check_against_fallback(heads, batch)
                     self.assertEqual(len(spy.grids), 1)
+                    self.assertEqual(triton_spy.grids, [])
 
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_without_gluon_the_same_calls_take_the_triton_kernel(self):
         for heads, batch in ((8, 64), (16, 16)):
             with self.subTest(heads=heads, batch=batch):
-                spy = _LaunchSpy(mma._gluon_sparse_decode_kernel)
-                with mock.patch.object(mma, "gluon_builds", return_value=False):
-                    with mock.patch.object(mma, "_gluon_sparse_decode_kernel", spy):
-                        self._check_against_fallback(heads, batch)
+                spy = _LaunchSpy(gluon._gluon_sparse_decode_kernel)
+                triton_spy = _LaunchSpy(mma._mma_sparse_decode_kernel)
+                with mock.patch.object(gluon, "gluon_builds", return_value=False):
+                    with mock.patch.object(gluon, "_gluon_sparse_decode_kernel", spy):
+                        with mock.patch.object(
+                            mma, "_mma_sparse_decode_kernel", triton_spy
+                        ):
+                            self._check_against_fallback(heads, batch)
                 self.assertEqual(spy.grids, [])
+                self.assertEqual(len(triton_spy.grids), 1)
 
 
 if __name__ == "__main__":
