@@ -123,7 +123,7 @@ def test_a_code_block_with_hash_lines_does_not_end_a_section():
     ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\nfacts = {v = "no-colon"}\n', "facts.v: expected \"path:CONSTANT\""),
     ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[patch.reproduce]\nserve = "x"\n',
      "reproduce: expected a table with keys server, benchmark, accuracy"),
-    ('colour = 1\n', "expected only 'forbid' and [[patch]], found ['colour']"),
+    ('colour = 1\n', "expected only 'forbid', 'template' and [[patch]], found ['colour']"),
     # a PR that builds on another is a patch of its own (Depends-On): no follow-up table in a patch's entry
     ('[[patch]]\nfile = "x.patch"\ntitle = "t"\nmotivation = "m"\n[patch.followup]\ntitle = "f"\nmotivation = "m"\n',
      "expected keys ['accuracy', 'benchmark', 'facts', 'file', 'files', 'label', 'modifications', 'motivation', "
