@@ -94,9 +94,10 @@ TEST_WORKERS ?= 2
 # directory as soon as it passes, and a green run removes the rest; a red run's stays to be read (docs/testing.md).
 PYTEST_TMP := build/pytest-tmp
 # $(LINT_VENV) too: tests/project/test_lint_gate.py runs upstream's linters from it (and skips without it).
+# --durations: every log names the slowest setups and tests (CI's time is budgeted: docs/testing.md).
 test: $(VENV)/.installed $(foreach v,$(AOT_VENVS),$(v)/.installed) $(LINT_VENV)/.installed
 	mkdir -p $(dir $(PYTEST_TMP))
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --basetemp=$(PYTEST_TMP) $(TEST_DIR)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 --basetemp=$(PYTEST_TMP) $(TEST_DIR)
 	rm -rf $(PYTEST_TMP)
 
 # Every venv CI uses (.ci/run: `make -j2 venvs`, pip installs side by side; each stamp makes a later build a no-op).
