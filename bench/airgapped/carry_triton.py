@@ -46,7 +46,6 @@ except ImportError:  # pip carries its own copy; pip is what downloads the wheel
     from pip._vendor.packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from pip._vendor.packaging.version import InvalidVersion, Version
 
-REPO = Path(__file__).resolve().parents[1]
 # sm_90: the GPU machine (H100/H200); sm_120: the users' RTX PRO 6000 and other Blackwell workstation cards.
 DEFAULT_ARCHS = (90, 120)
 # Archs get_ptxas is asked about to say what a left-out ptxas would have served (the manifest's why).

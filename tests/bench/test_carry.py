@@ -300,3 +300,10 @@ def test_the_manifest_says_which_ptxas_each_arch_uses_and_what_the_launcher_need
     assert manifest["ptxas"] == {"sm_90": BLACKWELL, "sm_120": BLACKWELL}
     assert manifest["launcher"] == ["triton/backends/nvidia/driver.c", "triton/backends/nvidia/include"]
     assert BLACKWELL in {m["path"] for m in manifest["members"]}
+
+
+def test_carry_triton_writes_into_the_checkouts_build_folder():
+    """`make carry-triton` packs into the checkout's build/ (ignored, what docs/gpu_box.md copies from), not into a
+    build/ beside the module (bench/build/, which git does not ignore): the module moved to bench/airgapped/ and a
+    REPO of its own, one folder too shallow, sent the payload and its downloads there."""
+    assert carry_triton.REPO == REPO, f"expected the checkout {REPO}, found {carry_triton.REPO}"
