@@ -16,7 +16,8 @@
 #   build/carry-triton-3.8.0   make carry-triton CARRY_ARCHS=90     (triton 3.8.0, SGLang 0.5.23's; sm_90's ptxas alone)
 #   TVM_FFI_WHEEL              the apache-tvm-ffi cp312 wheel the release's register_custom_op imports (a path)
 # Writes into RESULTS_DIR: commands.txt (every command, as run), machine.txt, one log per step; prints the
-# summaries last. FIELD_BUDGET (seconds of field-check's kernel rows, default 100).
+# summaries last. FIELD_BUDGET (seconds of field-check's kernel rows, default 100), V41_BUDGET (seconds of the
+# candidate layers' shapes, default 150).
 set -u
 RESULTS=${1:-}
 if [ -z "$RESULTS" ] || [ $# -ne 1 ]; then
@@ -63,8 +64,8 @@ step "p1 tests, triton 3.8" 170 "$RESULTS/p1-gpu-tests-triton-3.8.0.txt" env PYT
     P1_TREE=build/p1-slice-0.5.23 python3 -m pytest -q -rA -p no:cacheprovider tests/line_0_5_23/gpu
 step "field-check kernel rows, triton 3.8" 200 "$RESULTS/field-check-0.5.23.txt" env PYTHONPATH="$T38:$BASE" \
     python3 -m tests.line_0_5_23.gpu.field_check_slice build/p1-slice-0.5.23 "$RESULTS/field-check-0.5.23" "${FIELD_BUDGET:-100}"
-step "v41 candidate layers" 240 "$RESULTS/v41-candidate-gpu.txt" env PYTHONPATH="$BASE" \
-    python3 -m bench.kernels.v41_candidate_gpu "$RESULTS/v41-candidate" --slice build/carry-slice-0.5.23
+step "v41 candidate layers" $((${V41_BUDGET:-150} + 60)) "$RESULTS/v41-candidate-gpu.txt" env PYTHONPATH="$BASE" \
+    python3 -m bench.kernels.v41_candidate_gpu "$RESULTS/v41-candidate" --slice build/carry-slice-0.5.23 --budget "${V41_BUDGET:-150}"
 rm -rf "$WORK"
 echo "[line_0523_checks] wall $((SECONDS - S)) s"
 
