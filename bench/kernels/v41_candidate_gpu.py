@@ -86,6 +86,9 @@ def load_defs(path: Path, names: list[str], namespace: dict) -> dict:
         picked.add(name)
         todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs]
     body = [node for node in tree.body if any(node is defs[n] for n in picked)]
+    # a module name for what is defined here: Triton's code generator reads each called kernel's __module__ (taken
+    # from the globals' __name__) as a string, and a namespace without one fails the first compile on a GPU
+    namespace.setdefault("__name__", "_release_" + Path(path).stem)
     code = compile(ast.Module(body=body, type_ignores=[]), str(path), "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, namespace)

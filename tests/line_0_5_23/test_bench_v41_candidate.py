@@ -76,3 +76,15 @@ def test_a_tree_without_the_files_is_named(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.strip() == (f"v41_candidate_gpu: expected {G.SCORING} in {tmp_path}, "
                                                "found no such file")
     assert not (tmp_path / "out").exists()
+
+
+def test_every_kernel_taken_from_the_release_names_its_module(fns):
+    """Triton's code generator reads a called kernel's __module__ as a string when it compiles for a GPU (not under
+    the interpreter): the definitions taken out of the release's files need a module name, or the first GPU
+    compile fails ("'NoneType' object has no attribute 'startswith'", as on an H100)."""
+    # a JITFunction (an InterpretedFunction under the interpreter) wraps the Python function as .fn
+    taken = fns["fp4_index_logits_paged"].__globals__       # the namespace the release's fp4 indexer went into
+    kernels = {k: f.fn for k, f in taken.items() if callable(getattr(f, "fn", None))}
+    assert kernels, "expected the release's Triton kernels among the functions"
+    unnamed = {k for k, fn in kernels.items() if not isinstance(fn.__module__, str)}
+    assert not unnamed, f"expected each kernel's __module__ as a string, found None for {sorted(unnamed)}"
