@@ -34,12 +34,16 @@ from harness import deep_gemm_wheel
 from serving import REPO, serve_cmd
 from tests.line_0_5_23 import v41_tree as V
 
-# DeepSeek-V4.1-Flash's published config.json as public ports of it quote it (the keys read here): candidate layers
-# from layer 20, 2048 candidate blocks of 8, index top-k 512, 40 layers, hidden 5120, the DSPARK draft bundled
-# (dspark_* keys; the checkpoint's own block size is 5); index_n_heads 64 is V4-Flash's and the count DeepGEMM's
-# sm_120 kernel accepts (tests/line_0_5_23/test_sizing_v41.py holds the same shape).
+# DeepSeek-V4.1-Flash's published config.json (deepseek-ai/DeepSeek-V4.1-Flash), the keys read here: candidate
+# layers from layer 20, 2048 candidate blocks of 8, index top-k 512 over 32 index heads of 128, 40 layers, hidden
+# 5120, the DSPARK draft bundled (dspark_* keys; the checkpoint's own block size is 5). Source: TensorRT-LLM's
+# DeepseekV41TextConfig (NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/configs/deepseek_v41.py at fa013630, "every
+# default here is the released DeepSeek-V4.1-Flash value": index_n_heads 32, index_head_dim 128, dspark_block_size
+# 5); the ports bench/kernels/v41_candidate_cost.py cites (an mlx-lm port's fixture naming revision
+# deepseek-ai/DeepSeek-V4.1-Flash@dba1be0a, a vllm-gaudi test) read the same 32. V4-Flash has 64; DeepGEMM's paged
+# MQA logits take 32 or 64.
 PUBLISHED_TEXT = dict(model_type="deepseek_v41_text", num_hidden_layers=40, hidden_size=5120, index_topk=512,
-                      index_n_heads=64, index_head_dim=128, candidate_source_layer_id=20, candidate_topk_blocks=2048,
+                      index_n_heads=32, index_head_dim=128, candidate_source_layer_id=20, candidate_topk_blocks=2048,
                       candidate_block_size=8, num_nextn_predict_layers=3, dspark_block_size=5,
                       dspark_noise_token_id=128799, dspark_target_layer_ids=[37, 38, 39], dspark_markov_rank=256)
 PUBLISHED = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41", "text_config": PUBLISHED_TEXT}
@@ -173,3 +177,4 @@ def test_patched_starts_and_every_schedule_is_deep_gemm_own(patched_root, tmp_pa
         for args in logits_calls:
             assert args[6] is metadata.deep_gemm_metadata    # DeepGEMM's own schedule, not SGLang's planner
             assert args[4].tolist() == lens.view(-1, rows_per_request).tolist()
+            assert args[0].shape[2] == PUBLISHED_TEXT["index_n_heads"]     # q: [requests, rows, heads, dim]
