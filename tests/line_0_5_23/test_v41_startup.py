@@ -178,3 +178,22 @@ def test_patched_starts_and_every_schedule_is_deep_gemm_own(patched_root, tmp_pa
             assert args[6] is metadata.deep_gemm_metadata    # DeepGEMM's own schedule, not SGLang's planner
             assert args[4].tolist() == lens.view(-1, rows_per_request).tolist()
             assert args[0].shape[2] == PUBLISHED_TEXT["index_n_heads"]     # q: [requests, rows, heads, dim]
+
+
+@pytest.mark.parametrize("tree", ["pristine_root", "patched_root"])
+def test_prefill_top_k_on_sm120_takes_top_k_v2_s_ragged_kernel(request, tree, tmp_path, v41_config):
+    """A full top-k layer's prefill on sm_120 (the candidate source's makes the same call): DeepGEMM's dense fp4
+    logits in fp32 (index_logits_dtype: bf16 on sm_100 only), then topk_ragged's fp32 branch, top-k v2's
+    topk_transform_ragged_v2, though the model hook turns SGLANG_OPT_USE_TOPK_V2 off on sm_120 ("the default top-k
+    v2 path still requires unsupported resources"): this call does not read the flag. Its kernel is one block per
+    row without the cluster path (topk_impl.cuh's SUPPORT_CLUSTER stops below sm_110); whether the v2 module's
+    load-time cluster probes pass on an sm_12x card nothing here has run."""
+    root = request.getfixturevalue(tree)
+    v41_config.candidate_topk_blocks, v41_config.candidate_source_layer_id = 0, -1    # pristine refuses candidates
+    with ExitStack() as stack:
+        release, _ = _start(root, tmp_path, stack, capture=False)
+        assert release.envs.SGLANG_OPT_USE_TOPK_V2.get() is False                    # the hook's sm_120 block
+        assert release.index_logits()["index_logits_dtype"]() == torch.float32
+        backend = release.indexers(v41_config)
+        assert backend.full_topk_indexer.use_deep_gemm_prefill                        # DeepGEMM's dense prefill
+        assert release.prefill_topk(torch.tensor([100, 5000, 70000])).names() == ["topk_transform_ragged_v2"]

@@ -294,6 +294,24 @@ class Release:
         return extract_functions(self.root / INDEX_LOGITS, ["index_logits_dtype", "index_weights_dtype",
                                                               "deep_gemm_fp4_paged_mqa_logits"], ns)
 
+    def prefill_topk(self, lens: torch.Tensor, topk: int = 512) -> Calls:
+        """scoring.py's dense_prefill_topk of the tree (a full top-k layer's DeepGEMM prefill; the candidate
+        source's prefill makes the same topk_ragged call) over one tile of logits in the dtype the release asks
+        DeepGEMM's dense logits for (index_logits.py's index_logits_dtype): the top-k kernels it calls, recorded."""
+        calls = Calls()
+        logits = torch.zeros(lens.numel(), int(lens.max()), dtype=self.index_logits()["index_logits_dtype"]())
+        data = types.SimpleNamespace(request_starts=torch.zeros_like(lens), compress_lens=lens)
+        ns = {"torch": torch, "Tuple": typing.Tuple,
+              "score_tiles": lambda data, kv: iter([(slice(0, lens.numel()), logits)])}
+        extract_functions(self.root / SCORING, ["topk_ragged", "dense_prefill_topk"], ns)
+        dsv4 = types.ModuleType("sglang.kernels.ops.attention.dsv4")
+        dsv4.topk_transform_ragged_v2 = calls.stub("topk_transform_ragged_v2")
+        deep_select = types.ModuleType("sglang.kernels.ops.attention.deep_select")
+        deep_select.topk = calls.stub("deep_select.topk")
+        with scoped(sys.modules, {dsv4.__name__: dsv4, deep_select.__name__: deep_select}):
+            ns["dense_prefill_topk"](data, None, out=torch.full((lens.numel(), topk), -1, dtype=torch.int32))
+        return calls
+
     def full_topk_class(self):
         ns = {"torch": torch, "is_deep_select_supported": lambda: False,
               "deep_gemm_fp4_paged_mqa_logits": self.index_logits()["deep_gemm_fp4_paged_mqa_logits"],
