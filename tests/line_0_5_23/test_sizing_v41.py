@@ -17,14 +17,15 @@ from serving import sizing
 POOL = "sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
 FP8_BLOCK = "sglang/kernels/ops/quantization/fp4_fake_quant.py"
 # V4.1-Flash's published shape (hidden 5120, 40 layers, 64 heads x 512, q/o LoRA 1280/1024 in 8 groups, 384
-# experts of 2304, engram at layers 1 and 14 with 384,006,168 rows of 256 each). The ratio schedule and the
+# experts of 2304, 32 index heads of 128 (tests/line_0_5_23/test_v41_startup.py names the source), engram at
+# layers 1 and 14 with 384,006,168 rows of 256 each). The ratio schedule and the
 # source layers below are an illustration of the format, not the checkpoint's: the sizing reads them from the
 # user's config.json.
 RATIOS = [0, 0] + [1, 1, 2, 2, 4, 128, 2, 1] * 4 + [4, 128, 4, 128, 4, 128]
 V41 = {
     "hidden_size": 5120, "num_hidden_layers": 40, "num_nextn_predict_layers": 1, "num_attention_heads": 64,
     "head_dim": 512, "q_lora_rank": 1280, "o_lora_rank": 1024, "o_groups": 8, "n_routed_experts": 384,
-    "n_shared_experts": 1, "moe_intermediate_size": 2304, "hc_mult": 4, "index_n_heads": 64, "index_head_dim": 128,
+    "n_shared_experts": 1, "moe_intermediate_size": 2304, "hc_mult": 4, "index_n_heads": 32, "index_head_dim": 128,
     "vocab_size": 129280, "sliding_window": 128, "compress_ratios": RATIOS + [0],
     "kv_source_layer_ids": [i for i, r in enumerate(RATIOS) if r in (1, 2) and i % 4 == 2],
     "index_source_layer_ids": [i for i, r in enumerate(RATIOS) if r in (1, 2) and i % 8 == 2],

@@ -10,8 +10,11 @@ kernels) is a recorder.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
+import importlib
+import json
 import os
 import sys
 import types
@@ -291,6 +294,24 @@ class Release:
         return extract_functions(self.root / INDEX_LOGITS, ["index_logits_dtype", "index_weights_dtype",
                                                               "deep_gemm_fp4_paged_mqa_logits"], ns)
 
+    def prefill_topk(self, lens: torch.Tensor, topk: int = 512) -> Calls:
+        """scoring.py's dense_prefill_topk of the tree (a full top-k layer's DeepGEMM prefill; the candidate
+        source's prefill makes the same topk_ragged call) over one tile of logits in the dtype the release asks
+        DeepGEMM's dense logits for (index_logits.py's index_logits_dtype): the top-k kernels it calls, recorded."""
+        calls = Calls()
+        logits = torch.zeros(lens.numel(), int(lens.max()), dtype=self.index_logits()["index_logits_dtype"]())
+        data = types.SimpleNamespace(request_starts=torch.zeros_like(lens), compress_lens=lens)
+        ns = {"torch": torch, "Tuple": typing.Tuple,
+              "score_tiles": lambda data, kv: iter([(slice(0, lens.numel()), logits)])}
+        extract_functions(self.root / SCORING, ["topk_ragged", "dense_prefill_topk"], ns)
+        dsv4 = types.ModuleType("sglang.kernels.ops.attention.dsv4")
+        dsv4.topk_transform_ragged_v2 = calls.stub("topk_transform_ragged_v2")
+        deep_select = types.ModuleType("sglang.kernels.ops.attention.deep_select")
+        deep_select.topk = calls.stub("deep_select.topk")
+        with scoped(sys.modules, {dsv4.__name__: dsv4, deep_select.__name__: deep_select}):
+            ns["dense_prefill_topk"](data, None, out=torch.full((lens.numel(), topk), -1, dtype=torch.int32))
+        return calls
+
     def full_topk_class(self):
         ns = {"torch": torch, "is_deep_select_supported": lambda: False,
               "deep_gemm_fp4_paged_mqa_logits": self.index_logits()["deep_gemm_fp4_paged_mqa_logits"],
@@ -373,3 +394,90 @@ def amax8_varlen(scores, seq_lens, topk=0, *, max_seqlen=0, out=None):
             out[b, :n] = padded.view(n, 8).amax(-1).to(out.dtype)
             out[b, n - 1] = torch.inf
     return out
+
+
+# ---- the recipe's arguments through the tree's own ServerArgs, at capability 12.0 ----
+
+SERVER_ARGS = "sglang.srt.server_args"
+DSPARK_CONFIG = "sglang/srt/speculative/dspark_components/dspark_config.py"
+# What 0.5.23's server_args and its hooks import that needs transformers (the checkpoint's config reader) or a
+# notebook: each is a module whose every name raises when called, so no answer can come from one of them.
+TRANSFORMERS_SIDE = ("sglang.srt.configs.model_config", "sglang.srt.utils.hf_transformers_utils", "IPython",
+                     "IPython.display")
+RTX_PRO_6000 = types.SimpleNamespace(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", major=12, minor=0,
+                                     total_memory=95 << 30, multi_processor_count=SMS)
+
+
+class NotRunHere(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def refuse(*args, **kwargs):
+            raise ModuleNotFoundError(f"{self.__name__}.{name}: needs transformers, not run on this CPU venv")
+        refuse.from_server_args = refuse
+        return refuse
+
+
+@contextmanager
+def rtx_pro_6000(cards: int = 8):
+    """torch answers as a CUDA build on `cards` RTX PRO 6000s (capability 12.0), NVML too."""
+    names = ("get_device_name", "get_device_properties", "device_count", "current_device")
+    saved = {n: getattr(torch.cuda, n) for n in names}
+    torch.cuda.get_device_name = lambda *a, **k: RTX_PRO_6000.name
+    torch.cuda.get_device_properties = lambda *a, **k: RTX_PRO_6000
+    torch.cuda.device_count = lambda: cards
+    torch.cuda.current_device = lambda: 0
+    try:
+        with capability((RTX_PRO_6000.major, RTX_PRO_6000.minor)), scoped(sys.modules, {"pynvml": _nvml((12, 0))}):
+            yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.cuda, n, f)
+
+
+def hf_config(root: Path, config_json: dict):
+    """The checkpoint's config.json as the tree's DeepSeek-V4.1 config reads it: text_config flattened, the
+    architecture normalised to V4's (configs/deepseek_v41.py's normalize_deepseek_v41_config)."""
+    ns = extract_functions(Path(root) / V41_CONFIG, ["_VISION_FIELDS", "_config_dict", "normalize_deepseek_v41_config"],
+                           {"PretrainedConfig": type("PretrainedConfig", (), {})})
+    return types.SimpleNamespace(**ns["normalize_deepseek_v41_config"](config_json))
+
+
+def resolve_speculative(root: Path, argv: list[str], config, names: typing.Iterable[str]) -> types.SimpleNamespace:
+    """`argv` (sglang.launch_server's arguments) parsed by the tree's ServerArgs.add_cli_args into its ServerArgs,
+    then the resolution steps that decide DSPARK's numbers, as run_resolution_pipeline runs them:
+    handle_missing_default_values (the device) and handle_speculative_decoding (DSPARK's draft path, steps,
+    verify window and max_running_requests). Returns the resolved value of each of `names`.
+
+    `config` is the checkpoint's config (hf_config), handed to the record as a configuration a fixture supplies
+    (model_config_of returns it as it is). dspark_config.py's functions are compiled from the tree without the
+    module's import of dflash_utils (which imports the model runtime); its read of the draft checkpoint goes
+    through the transformers side and fails, which _handle_dspark logs and steps over, as it would for an
+    unreadable draft config: the recipe's explicit block size decides."""
+    root = Path(root)
+    dspark = types.ModuleType("sglang.srt.speculative.dspark_components.dspark_config")
+    with rtx_pro_6000(), tree_package(root, "sglang"), \
+            scoped(sys.modules, {n: NotRunHere(n) for n in TRANSFORMERS_SIDE}):
+        server_args = importlib.import_module(SERVER_ARGS)
+        overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+        dspark.__dict__.update(json=json, resolved_view=overrides.resolved_view)
+        extract_functions(root / DSPARK_CONFIG, ["DEFAULT_DSPARK_GAMMA", "_cfg_get", "checkpoint_bundles_dspark_draft",
+                                                 "read_draft_checkpoint_config"], dspark.__dict__)
+        sys.modules[dspark.__name__] = dspark
+        parser = argparse.ArgumentParser(prog="sglang serve")      # as prepare_server_args builds it
+        server_args.ServerArgs.add_cli_args(parser)
+        record = server_args.ServerArgs.from_cli_args(parser.parse_args(argv))
+        record._model_config = types.SimpleNamespace(hf_config=config)
+        # resolve_once's and run_resolution_pipeline's own preamble
+        record._input_frozen = True
+        record._raw_input = {f.name: getattr(record, f.name)
+                             for f in importlib.import_module("sglang.srt.arg_groups.arg_utils").record_fields(
+                                 type(record))}
+        record._resolved_overrides = list(getattr(record, "_resolved_overrides", ()))
+        hooks = importlib.import_module("sglang.srt.arg_groups.serving_hook")
+        speculative = importlib.import_module("sglang.srt.arg_groups.speculative_hook")
+        hooks.handle_missing_default_values(record)
+        speculative.handle_speculative_decoding(record)
+        view = overrides.resolving_view(record)
+        return types.SimpleNamespace(**{n: getattr(view, n) for n in names})
