@@ -139,3 +139,16 @@ def test_on_sm120_deepgemm_gets_its_own_schedule_and_is_judged_against_the_refer
     assert made <= {i for i, _ in schedules}
     verify = [args for args in logits if args[0].shape[1] == R.VERIFY_TOKENS]
     assert verify and all(a[4].shape == (2, R.VERIFY_TOKENS) for a in verify)   # one length per verify row
+
+
+def test_the_gpu_machines_slice_carries_the_indexer_stage(patched_root, tmp_path):
+    """field_check_slice's call (a GPU machine without 0.5.23's runtime) finds every indexer function in the tree
+    slice p1_tree.write_slice makes, and its rows run as the tree's do."""
+    from tests.line_0_5_23 import p1_tree
+    from tests.line_0_5_23.gpu.field_check_slice import SliceCall
+
+    p1_tree.write_slice(patched_root, tmp_path / "slice")
+    source = SliceCall(tmp_path / "slice")
+    rows = FI.stage_indexer(source, {"cc": "9.0", "sm": "sm_90"}, K.Budget(600), lambda s: None, shapes=SHAPES[:1],
+                            geo=GEO)
+    assert [r["status"] for r in rows] == ["pass", "skipped", "pass"], rows
