@@ -266,7 +266,7 @@ def stage_indexer(source, facts: dict, budget: K.Budget, say, shapes=None, geo: 
     try:
         parts = source.indexer_parts() if hasattr(source, "indexer_parts") else installed_parts()
     except Exception as exc:   # the line's indexer code is not importable here: every row says so
-        why = K.classify(exc)
+        why = _unimportable(exc)
         for s in shapes:
             ref_b, dg_b, cand_b = (base(s, kind) for kind in R.INDEXER_KINDS)
             out += [K.skipped(why, **ref_b), K.skipped(dg_off or why, **dg_b), K.skipped(why, **cand_b)]
@@ -292,6 +292,15 @@ def stage_indexer(source, facts: dict, budget: K.Budget, say, shapes=None, geo: 
         for row in rows:
             say(f"  indexer {row['label']}: {K._brief(row)}")
     return out
+
+
+def _unimportable(exc: BaseException) -> str:
+    """An sglang without the V4.1 indexer's modules (the 0.5.14 line) is not this line's; no sglang at all, or any
+    other failure, is the kernel missing."""
+    name = getattr(exc, "name", None) or ""
+    if isinstance(exc, ModuleNotFoundError) and name.startswith("sglang."):
+        return f"not installed on this line: the installed sglang has no {name} (DeepSeek-V4.1's indexer)"
+    return K.classify(exc)
 
 
 def _candidate_off(parts: IndexerParts) -> Optional[str]:

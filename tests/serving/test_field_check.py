@@ -265,3 +265,21 @@ def test_the_indexer_rows_in_the_json_and_markdown_report(tmp_path):
     assert said.index(next(s for s in said if s.startswith("field-check: graphs"))) < said.index(
         next(s for s in said if s.startswith("field-check: indexer"))) < said.index(
         next(s for s in said if s.startswith("field-check: p1 and release")))
+
+
+def test_an_sglang_without_the_v41_indexer_is_another_line(tmp_path):
+    """The 0.5.14 line's sglang has no V4.1 indexer modules: every indexer row says it is not installed on this
+    line (the import's own error: sglang importable, its submodule not); no sglang at all stays 'kernel missing'."""
+    def missing(name):
+        def load():
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return types.SimpleNamespace(indexer_parts=load)
+
+    report = run_report(tmp_path, source=_Calls(missing("sglang.kernels.ops.quantization")))
+    rows = report["stages"]["indexer"]
+    others = [r for r in rows if r["kind"] != "DeepGEMM fp4 paged MQA logits"]
+    assert others and all(r["reason"] == "not installed on this line: the installed sglang has no "
+                          "sglang.kernels.ops.quantization (DeepSeek-V4.1's indexer)" for r in others)
+    report = run_report(tmp_path, source=_Calls(missing("sglang")))
+    assert all(r["reason"].startswith("kernel missing: ModuleNotFoundError") for r in report["stages"]["indexer"]
+               if r["kind"] != "DeepGEMM fp4 paged MQA logits")
