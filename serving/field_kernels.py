@@ -337,6 +337,10 @@ def _brief(result: dict) -> str:
     if "err_f64" in result:
         parts.append(f"err {_num(result['err_f64'])}"
                      + (f" lse {_num(result['lse_err'])}" if result.get("lse_err") is not None else ""))
+    if "err_f32_ref" in result:
+        parts.append(f"err vs the float32 reference {_num(result['err_f32_ref'])}")
+    if "mismatched_rows" in result:
+        parts.append(f"{result['mismatched_rows']} rows unlike the float64 set")
     if "replay_err_f64" in result:
         parts.append("replays " + ", ".join(_num(e) for e in result["replay_err_f64"]))
     if result.get("ms") is not None:
