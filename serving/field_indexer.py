@@ -17,6 +17,7 @@ time budget) and the report goes on. torch is imported when the stage runs, neve
 from __future__ import annotations
 
 import types
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -170,6 +171,20 @@ def reference_logits(parts: IndexerParts, case: Case, geo: Geometry, dtype, keys
     return out
 
 
+@contextmanager
+def ieee_fp32():
+    """float32 matmuls in full precision while inside (a runtime may have allowed TF32, whose 10-bit mantissa the
+    reference must not inherit), then as they were."""
+    import torch
+
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
 def valid_mask(case: Case):
     import torch
 
@@ -308,24 +323,29 @@ def _candidate_off(parts: IndexerParts) -> Optional[str]:
 
 
 def _shape_rows(parts, shape, geo, seed, dg, dg_off, ref_b, dg_b, cand_b) -> list[dict]:
-    import torch
-
-    from .mma_decode_cases import rel_err
-
     try:
-        case = build_case(parts, shape, geo, seed)
-        keys = [parts.dequant(case.cache, request_slots(case, b, int(case.lens[b].max()), geo.page), geo.page)
-                for b in range(case.lens.shape[0])]
-        ref32 = reference_logits(parts, case, geo, torch.float32, keys)
-        ref64 = reference_logits(parts, case, geo, torch.float64, keys)
-        valid = valid_mask(case)
-        err = rel_err(ref32[valid], ref64[valid])
-        ref = {**ref_b, "err_f64": K.finite(err), "status": "pass" if err < REF_F64_TOL else "fail",
-               "ms": K.time_ms(lambda: reference_logits(parts, case, geo, torch.float32, keys), TIMED_ITERS)}
+        with ieee_fp32():
+            return _rows_of_case(parts, shape, geo, seed, dg, dg_off, ref_b, dg_b, cand_b)
     except Exception as exc:   # the inputs or the reference could not be built: the shape's rows say why
         why = K.classify(exc)
         return [K.skipped(why, **ref_b), K.skipped(dg_off or why, **dg_b),
                 K.skipped(_candidate_off(parts) or why, **cand_b)]
+
+
+def _rows_of_case(parts, shape, geo, seed, dg, dg_off, ref_b, dg_b, cand_b) -> list[dict]:
+    import torch
+
+    from .mma_decode_cases import rel_err
+
+    case = build_case(parts, shape, geo, seed)
+    keys = [parts.dequant(case.cache, request_slots(case, b, int(case.lens[b].max()), geo.page), geo.page)
+            for b in range(case.lens.shape[0])]
+    ref32 = reference_logits(parts, case, geo, torch.float32, keys)
+    ref64 = reference_logits(parts, case, geo, torch.float64, keys)
+    valid = valid_mask(case)
+    err = rel_err(ref32[valid], ref64[valid])
+    ref = {**ref_b, "err_f64": K.finite(err), "status": "pass" if err < REF_F64_TOL else "fail",
+           "ms": K.time_ms(lambda: reference_logits(parts, case, geo, torch.float32, keys), TIMED_ITERS)}
     del ref64
     logits = None
     if dg_off:

@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from importlib import metadata
 
 from . import field_rows as R

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from patchkit.engine import Engine
-from serving import field_check as F, field_kernels as K, field_rows as R
+from serving import field_check as F, field_rows as R
 from tests.line_0_5_23 import p1_tree as T
 
 REPO = Path(__file__).resolve().parents[3]
