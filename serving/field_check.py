@@ -2,8 +2,9 @@
 
 Runs the stages of serving/field_rows.py in order, each with a progress line: the machine, P1 against float64 through
 the line's own flash_mla_with_kvcache_sm120 call at the stated shapes, CUDA-graph capture and replay, the release's
-own sm_120 path on the same inputs, the routing rule on this card (0.5.23), the indexer kernels V4.1 reaches, and
-with --model the patched server. A row that cannot run says why; the report is always written:
+own sm_120 path on the same inputs, the routing rule on this card (0.5.23), the indexer V4.1 reaches (DeepGEMM's fp4
+paged MQA logits and the candidate blocks against torch, serving/field_indexer.py), and with --model the patched
+server. A row that cannot run says why; the report is always written:
 field-report-<gpu>-<date>.json and .md in --out, with no host name, user path or serial number. Nothing is sent
 anywhere. Without a CUDA GPU it refuses in one line (exit 2).
 """
@@ -138,7 +139,8 @@ def markdown(report: dict) -> str:
         if isinstance(rows, dict):
             lines += _table([{"what": k, "value": v} for k, v in rows.items()], ["what", "value"]) + [""]
             continue
-        cols = ["label", "status", "err_f64", "lse_err", "ms", "replay_err_f64", "reason"]
+        cols = ["label", "status", "err_f64", "lse_err", "err_f32_ref", "mismatched_rows", "ms", "replay_err_f64",
+                "reason"]
         cols = [c for c in cols if any(c in r for r in rows)]
         passed = sum(r["status"] == "pass" for r in rows)
         lines += [f"{passed} of {len(rows)} rows pass; "
@@ -169,14 +171,18 @@ def sglang_site() -> Path | None:
 
 def run(report: dict, source, torch, out: Path, say=print, model: str | None = None, tp: int = 1,
         kernel_budget: float = KERNEL_BUDGET_S, server_budget: float = SERVER_BUDGET_S,
-        attestation_line: str = "attestation: not read", rows=None) -> dict:
-    """Every stage into `report` (the caller writes it); `source` gives the line's call (field_kernels)."""
-    from . import doctor, field_kernels as K
+        attestation_line: str = "attestation: not read", rows=None, indexer: dict | None = None) -> dict:
+    """Every stage into `report` (the caller writes it); `source` gives the line's call (field_kernels) and, where
+    it has indexer_parts(), the indexer's functions (else the installed sglang's); `indexer`: keywords of
+    field_indexer.stage_indexer (shapes, geo)."""
+    from . import doctor, field_indexer, field_kernels as K
     from .mma_decode_cases import LSE_ABS_TOL, REL_TOL
 
     started = time.monotonic()
     st = report["stages"]
-    report["thresholds"] = {"rel_err_f64": REL_TOL, "lse_abs": LSE_ABS_TOL}
+    report["thresholds"] = {"rel_err_f64": REL_TOL, "lse_abs": LSE_ABS_TOL,
+                            "indexer_reference_vs_f64": field_indexer.REF_F64_TOL,
+                            "indexer_deepgemm_vs_f32_reference": field_indexer.DEEPGEMM_TOL}
     say("field-check: machine")
     facts = report["machine"] = K.machine(torch, doctor.nvidia_smi, attestation_line)
     report["call"] = source.where
@@ -187,13 +193,14 @@ def run(report: dict, source, torch, out: Path, say=print, model: str | None = N
     rows = R.p1_rows() if rows is None else rows
     say("field-check: graphs (capture and replay of decode and verify; first, so a short budget keeps them)")
     st["graphs"] = K.stage_graphs(source, budget, say)
+    say("field-check: indexer (V4.1's DeepGEMM fp4 paged logits and candidate blocks against torch; before the P1 "
+        "rows, so a short budget keeps them)")
+    st["indexer"] = field_indexer.stage_indexer(source, facts, budget, say, **(indexer or {}))
     say(f"field-check: p1 and release ({len(rows)} rows against float64 through {source.where}; "
         f"beside each, {source.line.release_label} on the same inputs)")
     st["p1"], st["release"] = K.stage_rows(source, rows, facts, budget, say)
     say("field-check: routing")
     st["routing"] = K.stage_routing(source, st["p1"], st["release"], say)
-    say("field-check: indexer")
-    st["indexer"] = K.stage_indexer(facts, say)
     report["kernel_stages_s"] = round(time.monotonic() - started, 1)
     if model:
         from . import field_server

@@ -1,6 +1,6 @@
 """The GPU stages of `apply.py field-check`: the machine, P1 against float64 through the line's own
 flash_mla_with_kvcache_sm120 call, CUDA-graph capture and replay, the release's own sm_120 path on the same inputs,
-the routing rule on this card's timings, and the indexer kernels V4.1 reaches.
+and the routing rule on this card's timings (the indexer stage: serving/field_indexer.py, on these helpers).
 
 Every row is a dict with `status` pass | fail | ran | skipped | error; a row that cannot run says why (`reason`:
 not sm_12x, kernel missing, out of memory, the time budget spent) and the report goes on. torch is imported when a
@@ -8,14 +8,13 @@ stage runs, never at import (apply.py imports this module's command on a CPU mac
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import math
 import os
 import statistics
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from importlib import metadata
 
 from . import field_rows as R
@@ -331,36 +330,6 @@ def stage_routing(source, p1: list[dict], release: list[dict], say) -> dict:
     return result
 
 
-def _lookup(module: str, name: str):
-    return getattr(importlib.import_module(module), name)
-
-
-def stage_indexer(facts: dict, say) -> list[dict]:
-    """The indexer kernels V4.1 reaches on sm_120, each looked up by name. Their comparison against a torch
-    reference is not written yet: where a kernel is present on an sm_12x card the row says so (shipped unrun)."""
-    out = []
-    for (module, name), what in ((R.DEEPGEMM_INDEXER, "DeepGEMM fp4 paged MQA logits"),
-                                 (R.INDEXER_CANDIDATE, "the line's candidate indexer")):
-        for rows, label in R.INDEXER_ROWS:
-            base = {"label": f"{what} {label}", "rows": rows, "kernel": f"{module}.{name}"}
-            try:
-                _lookup(module, name)
-                if module == R.DEEPGEMM_SCHEDULE[0]:
-                    _lookup(*R.DEEPGEMM_SCHEDULE)
-            except Exception as exc:
-                why = "not installed on this line" if module == R.INDEXER_CANDIDATE[0] else "kernel missing"
-                out.append(skipped(f"{why}: {type(exc).__name__}: {exc}", **base))
-                continue
-            if not is_sm12x(facts):
-                out.append(skipped(f"not sm_12x ({facts['sm']}): the fp4 paged MQA-logits kernels are built for "
-                                   "sm_12x", **base))
-                continue
-            out.append(skipped("present; its torch-reference comparison is not written yet", **base))
-    say(f"  indexer: {sum(r['status'] != 'skipped' for r in out)} of {len(out)} rows ran"
-        + (f" ({out[0]['reason']})" if out and out[0]["status"] == "skipped" else ""))
-    return out
-
-
 def _brief(result: dict) -> str:
     if result["status"] == "skipped":
         return f"skipped ({result['reason']})"
@@ -368,6 +337,10 @@ def _brief(result: dict) -> str:
     if "err_f64" in result:
         parts.append(f"err {_num(result['err_f64'])}"
                      + (f" lse {_num(result['lse_err'])}" if result.get("lse_err") is not None else ""))
+    if "err_f32_ref" in result:
+        parts.append(f"err vs the float32 reference {_num(result['err_f32_ref'])}")
+    if "mismatched_rows" in result:
+        parts.append(f"{result['mismatched_rows']} rows unlike the float64 set")
     if "replay_err_f64" in result:
         parts.append("replays " + ", ".join(_num(e) for e in result["replay_err_f64"]))
     if result.get("ms") is not None:

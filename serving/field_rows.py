@@ -81,13 +81,64 @@ LINES = {
                        "flashinfer", "FlashInfer's sm_120 kernels, as SGLang calls them", True, True),
 }
 
-# The indexer kernels DeepSeek-V4.1-Flash reaches on sm_120 (0.5.23): DeepGEMM's, and the candidate the line installs.
-# Each is looked up by name; one that is not there is a row skipped with the reason, never a failed report.
-DEEPGEMM_INDEXER = ("deep_gemm", "fp8_fp4_paged_mqa_logits")
-DEEPGEMM_SCHEDULE = ("deep_gemm", "get_paged_mqa_logits_metadata")
-# the candidate layers' block selection on sm_12x without DeepGEMM's sparse kernels (0.5.23's V4.1 start-up patch)
-INDEXER_CANDIDATE = ("sglang.srt.layers.attention.dsv4.v41_indexer.dense_blocks", "paged_topk_block_ids")
-INDEXER_ROWS = ((1, "decode B1"), (32, "decode B32"), (8 * VERIFY_TOKENS, f"verify B8x{VERIFY_TOKENS}"))
+# The indexer DeepSeek-V4.1-Flash reaches on sm_12x (0.5.23): its ratio-1/2 layers score with DeepGEMM's paged fp4
+# MQA logits under DeepGEMM's own schedule, and the candidate layers select blocks with the line's functions
+# (serving/field_indexer.py runs them). The shape is tests/line_0_5_23/test_v41_startup.py's fixture: 64 index
+# heads of dim 128, index top-k 512, 2048 candidate blocks of 8; the keys are fp4 in the index pool's 64-slot pages.
+V41_INDEX_HEADS = 64
+V41_INDEX_DIM = 128
+V41_INDEX_PAGE = 64
+V41_INDEX_TOPK = 512
+V41_TOPK_BLOCKS = 2048
+V41_BLOCK = 8
+INDEXER_CONTEXTS = (4096, 65536)     # the compressed positions the longest row of a batch sees
+INDEXER_DECODE_B = (1, 8, 48)
+INDEXER_VERIFY_B = (1, 8, 48)        # x VERIFY_TOKENS rows, each seeing one position more than the one before
+# Each shape's rows, in the order they run: the release's torch scoring in float32 against the same in float64;
+# DeepGEMM's logits against that float32 scoring; the candidate selection against the float64 sparse-table set.
+INDEXER_KINDS = ("torch reference", "DeepGEMM fp4 paged MQA logits", "candidate blocks")
+# DeepGEMM's fp4 paged MQA-logits kernel exists for these capability majors alone (its host code's check,
+# `arch_major == 10 or arch_major == 12`, in sgl-deep-gemm 0.2.3.post2's _C.so)
+DEEPGEMM_FP4_MAJORS = (10, 12)
+
+
+@dataclass(frozen=True)
+class IndexerShape:
+    """`requests` requests of `per_request` query rows each (1: decode; 7: DSPARK verify), the longest seeing
+    `context` compressed positions."""
+    label: str
+    kind: str
+    requests: int
+    per_request: int
+    context: int
+
+    @property
+    def rows(self) -> int:
+        return self.requests * self.per_request
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "rows": self.rows}
+
+
+def indexer_shapes(contexts=INDEXER_CONTEXTS) -> list[IndexerShape]:
+    """The indexer stage's shapes, smallest context first."""
+    out = []
+    for context in contexts:
+        ctx = f"{context // 1024}K" if context % 1024 == 0 else str(context)
+        out += [IndexerShape(f"decode B{b} ctx {ctx}", "decode", b, 1, context) for b in INDEXER_DECODE_B]
+        out += [IndexerShape(f"verify B{b}x{VERIFY_TOKENS} ctx {ctx}", "verify", b, VERIFY_TOKENS, context)
+                for b in INDEXER_VERIFY_B]
+    return out
+
+
+def deepgemm_fp4_reason(cc: str) -> str | None:
+    """Why DeepGEMM's fp4 paged MQA logits cannot run on a card of compute capability `cc` ("9.0"), or None."""
+    major = int(cc.split(".")[0])
+    if major in DEEPGEMM_FP4_MAJORS:
+        return None
+    return (f"not run: needs sm_100 or sm_12x (DeepGEMM's fp4 paged MQA-logits kernel is built for those alone; "
+            f"this card is sm_{cc.replace('.', '')})")
+
 
 # The stages in the order they run; and those that have not run on any GPU here (docs/field_check.md and every
 # report's header name them). No stage has run on an sm_12x card.
@@ -95,7 +146,8 @@ STAGES = ("machine", "p1", "graphs", "release", "routing", "indexer", "server")
 NEVER_RAN_HERE = {
     "release": "the release's own sm_120 path on 0.5.23 (FlashInfer's sm_120 kernels as SGLang calls them)",
     "routing": "the routing rule evaluated on a card's own timings",
-    "indexer": "DeepGEMM's fp4 paged MQA logits and the line's candidate indexer",
+    "indexer": ("DeepGEMM's fp4 paged MQA logits (sm_100 and sm_12x alone) and the line's candidate blocks with "
+                "sglang's own amax8_varlen kernel"),
     "server": "the server stage with a real checkpoint (MODEL=path)",
 }
 NONE_ON_SM12X = "No stage of field-check has run on an sm_12x card: this report may be the first."

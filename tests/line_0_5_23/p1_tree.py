@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.scoped import scoped
 from harness.upstream import import_from_tree, load_kernel, load_module, tree_package
+from tests.line_0_5_23.indexer_tree import FILES as INDEXER_FILES
 
 DISPATCHER = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 MMA = "sglang/kernels/ops/attention/flash_mla_sm120_mma.py"
@@ -30,8 +31,10 @@ PER_HEAD_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
 DISPATCHER_MODULE = "sglang.kernels.ops.attention.flash_mla_sm120"
 # The release's register_custom_op, which the MMA module registers its op with (harness.upstream.release_custom_op).
 CUSTOM_OP = ("sglang/srt/utils/custom_op.py", "sglang/kernels/kernel_api_logging.py", "sglang/srt/utils/common.py")
-# What dispatcher() reads: a GPU box gets these files alone (write_slice), not the whole tree.
-SLICE = (DISPATCHER, PER_HEAD, MMA, GLUON, ENVIRON, *CUSTOM_OP)
+# What dispatcher() reads, and field-check's indexer stage (indexer_tree.FILES): a GPU box gets these files alone
+# (write_slice), not the whole tree.
+SLICE = (DISPATCHER, PER_HEAD, MMA, GLUON, ENVIRON, *CUSTOM_OP,
+         *(f for f in INDEXER_FILES if f not in (DISPATCHER, PER_HEAD, MMA, GLUON, ENVIRON, *CUSTOM_OP)))
 
 
 def _env(name: str, value: str | None):

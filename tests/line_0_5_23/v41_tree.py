@@ -386,7 +386,7 @@ def amax8_varlen(scores, seq_lens, topk=0, *, max_seqlen=0, out=None):
     """The JIT kernel's contract (candidate_blocks.amax8_varlen): out[b, i] = max of scores[b, 8i:8i+8] for
     i < ceil(seq_lens[b] / 8), the last of them +inf, nothing written past; here NaN stands for what is there."""
     rows, width = scores.shape
-    out = torch.full((rows, (width + 7) // 8), float("nan")) if out is None else out
+    out = torch.full((rows, (width + 7) // 8), float("nan"), device=scores.device) if out is None else out
     for b in range(rows):
         n = (int(seq_lens[b]) + 7) // 8
         if n > topk or topk == 0:

@@ -55,8 +55,8 @@ def test_refused_without_cuda_in_one_line_exit_2(tmp_path):
 
 
 def test_every_row_that_cannot_run_says_why_and_the_report_is_written(tmp_path):
-    """No sglang here: every kernel row is skipped as 'kernel missing'; the 0.5.23 release path as not sm_12x on
-    an sm_90 card; the indexer candidate as not installed on this line; the server for want of MODEL."""
+    """No sglang here: every kernel row is skipped as 'kernel missing' (the indexer's too); the 0.5.23 release path
+    as not sm_12x on an sm_90 card; the server for want of MODEL."""
     report = run_report(tmp_path)
     st = report["stages"]
     assert len(st["p1"]) == len(R.p1_rows())
@@ -65,10 +65,11 @@ def test_every_row_that_cannot_run_says_why_and_the_report_is_written(tmp_path):
                                 and R.LINES["0.5.23"].module in r["reason"] for r in st[name]), st[name][0]
     assert all(r["reason"].startswith("not sm_12x (sm_90): FlashInfer's sm_120 kernels") for r in st["release"])
     assert st["routing"]["status"] == "skipped" and "kernel missing" in st["routing"]["reason"]
-    candidate = [r for r in st["indexer"] if "candidate" in r["label"]]
-    assert candidate and all(r["reason"].startswith("not installed on this line:") for r in candidate)
-    deepgemm = [r for r in st["indexer"] if "DeepGEMM" in r["label"]]
-    assert deepgemm and all(r["reason"].startswith("kernel missing:") for r in deepgemm)
+    assert len(st["indexer"]) == len(R.indexer_shapes()) * len(R.INDEXER_KINDS)
+    deepgemm = [r for r in st["indexer"] if r["kind"] == "DeepGEMM fp4 paged MQA logits"]
+    assert deepgemm and all(r["reason"] == R.deepgemm_fp4_reason("9.0") for r in deepgemm)
+    assert all(r["status"] == "skipped" and r["reason"].startswith("kernel missing: ModuleNotFoundError")
+               for r in st["indexer"] if r not in deepgemm)   # no sglang here: the V4.1 indexer functions do not import
     assert st["server"] == {"status": "skipped", "reason": "no MODEL=path given"}
     assert report["said"][0] == "field-check: machine" and any("not sm_12x" in s for s in report["said"])
     js, md = F.write_report(report, tmp_path, [])
@@ -189,3 +190,96 @@ def test_a_wrong_kernel_fails_its_row(pristine_root, monkeypatch):
     row = R.Row("tiny", "V4-Flash", "decode", 3, 8, 16, 32, 64, 2)
     _, (result,) = K.stage_rows(Doubled(line), [row], {"cc": "9.0", "sm": "sm_90"}, K.Budget(600), lambda s: None)
     assert result["status"] == "fail" and result["err_f64"] > 1.2e-2
+
+
+# -- the indexer stage (serving/field_indexer.py; its numbers: tests/line_0_5_23/test_field_indexer.py) ----------
+
+def test_the_indexer_shapes_are_v41s():
+    """Decode B 1/8/48 and DSPARK verify B x 7 rows at a 4K and a 64K context, with the index heads, head dim, top-k
+    and candidate blocks of tests/line_0_5_23/test_v41_startup.py's V4.1-Flash fixture."""
+    from tests.line_0_5_23.test_v41_startup import PUBLISHED, VERIFY_ROWS
+
+    shapes = R.indexer_shapes()
+    assert {(s.kind, s.requests, s.per_request) for s in shapes} == {
+        ("decode", b, 1) for b in (1, 8, 48)} | {("verify", b, VERIFY_ROWS) for b in (1, 8, 48)}
+    assert {s.context for s in shapes} == {4096, 65536}
+    assert len(shapes) == 12 and len({s.label for s in shapes}) == 12
+    assert [s.context for s in shapes] == sorted(s.context for s in shapes)      # the smaller context first
+    assert (R.V41_INDEX_HEADS, R.V41_INDEX_DIM, R.V41_INDEX_TOPK, R.V41_TOPK_BLOCKS, R.V41_BLOCK) == (
+        PUBLISHED["index_n_heads"], PUBLISHED["index_head_dim"], PUBLISHED["index_topk"],
+        PUBLISHED["candidate_topk_blocks"], PUBLISHED["candidate_block_size"])
+    assert R.V41_INDEX_PAGE == 64 and R.INDEXER_KINDS == (
+        "torch reference", "DeepGEMM fp4 paged MQA logits", "candidate blocks")
+
+
+@pytest.mark.parametrize("cc,runs", [((9, 0), False), ((8, 9), False), ((10, 0), True), ((12, 0), True),
+                                     ((12, 1), True)])
+def test_the_deepgemm_rows_reason_comes_from_the_cards_capability(tmp_path, monkeypatch, cc, runs):
+    """The stage's own rule on the capability the machine stage reads (the card's hardware query faked): DeepGEMM's
+    fp4 paged logits need sm_100 or sm_12x; elsewhere each DeepGEMM row says so and the report goes on."""
+    from serving import field_indexer as FI
+
+    sglang_present = types.SimpleNamespace(indexer_parts=lambda: FI.IndexerParts(
+        where="here", quantize=None, store=None, dequant=None, scores=None,
+        deep_gemm=lambda: __import__("deep_gemm_absent_here")))
+    report = run_report(tmp_path, torch=fake_torch(cc=cc), source=_Calls(sglang_present))
+    reason = R.deepgemm_fp4_reason(report["machine"]["cc"])
+    deepgemm = [r for r in report["stages"]["indexer"] if r["kind"] == "DeepGEMM fp4 paged MQA logits"]
+    assert len(deepgemm) == len(R.indexer_shapes())
+    if runs:
+        assert reason is None
+        assert all(r["reason"].startswith("kernel missing: ModuleNotFoundError") for r in deepgemm)
+    else:
+        assert reason == (f"not run: needs sm_100 or sm_12x (DeepGEMM's fp4 paged MQA-logits kernel is built for "
+                          f"those alone; this card is sm_{cc[0]}{cc[1]})")
+        assert all(r["status"] == "skipped" and r["reason"] == reason for r in deepgemm)
+
+
+class _Calls(MissingCall):
+    """The line's call where sglang is not installed, with the given indexer functions."""
+
+    def __init__(self, indexer):
+        super().__init__(R.LINES["0.5.23"])
+        self.indexer_parts = indexer.indexer_parts
+
+
+def test_the_indexer_rows_in_the_json_and_markdown_report(tmp_path):
+    report = run_report(tmp_path)
+    rows = report["stages"]["indexer"]
+    js, md = F.write_report(report, tmp_path, [])
+    data = json.loads(js.read_text())
+    assert data["stages"]["indexer"] == rows and field_report._problem(data) is None
+    first = data["stages"]["indexer"][0]
+    assert {"label", "kind", "shape", "requests", "per_request", "context", "rows", "status", "reason"} <= set(first)
+    assert [r["kind"] for r in rows[:3]] == list(R.INDEXER_KINDS)
+    assert data["thresholds"]["indexer_reference_vs_f64"] > 0
+    assert set(data["thresholds"]["indexer_deepgemm_vs_f32_reference"]) == {"torch.float32", "torch.bfloat16"}
+    assert data["stage_order"].index("indexer") < data["stage_order"].index("server")
+    text = md.read_text()
+    section = text.split("## indexer\n", 1)[1].split("\n## ", 1)[0]
+    assert f"0 of {len(rows)} rows pass; {len(rows)} skipped (each says why)." in section
+    assert "| label | status | reason |" in section and f"| {rows[0]['label']} | skipped | kernel missing" in section
+    assert f"| {rows[1]['label']} | skipped | not run: needs sm_100 or sm_12x" in section
+    # the indexer runs after the graphs and before the P1 rows, so a short budget keeps it
+    said = report["said"]
+    assert said.index(next(s for s in said if s.startswith("field-check: graphs"))) < said.index(
+        next(s for s in said if s.startswith("field-check: indexer"))) < said.index(
+        next(s for s in said if s.startswith("field-check: p1 and release")))
+
+
+def test_an_sglang_without_the_v41_indexer_is_another_line(tmp_path):
+    """The 0.5.14 line's sglang has no V4.1 indexer modules: every indexer row says it is not installed on this
+    line (the import's own error: sglang importable, its submodule not); no sglang at all stays 'kernel missing'."""
+    def missing(name):
+        def load():
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return types.SimpleNamespace(indexer_parts=load)
+
+    report = run_report(tmp_path, source=_Calls(missing("sglang.kernels.ops.quantization")))
+    rows = report["stages"]["indexer"]
+    others = [r for r in rows if r["kind"] != "DeepGEMM fp4 paged MQA logits"]
+    assert others and all(r["reason"] == "not installed on this line: the installed sglang has no "
+                          "sglang.kernels.ops.quantization (DeepSeek-V4.1's indexer)" for r in others)
+    report = run_report(tmp_path, source=_Calls(missing("sglang")))
+    assert all(r["reason"].startswith("kernel missing: ModuleNotFoundError") for r in report["stages"]["indexer"]
+               if r["kind"] != "DeepGEMM fp4 paged MQA logits")

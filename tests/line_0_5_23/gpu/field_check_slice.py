@@ -1,6 +1,8 @@
 """field-check's kernel stages for the 0.5.23 line on a GPU machine without its runtime: the line's own
-flash_mla_with_kvcache_sm120 out of a tree slice (as tests/line_0_5_23/gpu/ loads it, tests/line_0_5_23/p1_tree.py),
-the report written as `apply.py field-check` writes it. The server stage needs 0.5.23's runtime and is skipped.
+flash_mla_with_kvcache_sm120 out of a tree slice (as tests/line_0_5_23/gpu/ loads it, tests/line_0_5_23/p1_tree.py)
+and the V4.1 indexer's functions out of the same slice (tests/line_0_5_23/indexer_tree.py: amax8_varlen, a JIT
+module of the runtime, by its contract in torch, each candidate row says so), the report written as
+`apply.py field-check` writes it. The server stage needs 0.5.23's runtime and is skipped.
 
     python3 -m tests.line_0_5_23.gpu.field_check_slice SLICE OUT_DIR [BUDGET_S]
 
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 from patchkit.engine import Engine
-from serving import field_check as F, field_kernels as K, field_rows as R
+from serving import field_check as F, field_rows as R
 from tests.line_0_5_23 import p1_tree as T
 
 REPO = Path(__file__).resolve().parents[3]
@@ -35,6 +37,11 @@ class SliceCall:
 
     def calling(self, module):
         return T.with_kernels(module)
+
+    def indexer_parts(self):
+        from tests.line_0_5_23 import indexer_tree
+
+        return indexer_tree.parts(self.root)
 
 
 def main(argv: list[str]) -> int:
