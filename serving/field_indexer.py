@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from . import field_kernels as K, field_rows as R
 
-REF_F64_TOL = 1e-5            # the float32 reference against float64: fp32 sums of 128 products and 64 heads
+REF_F64_TOL = 1e-5            # the float32 reference against float64: fp32 sums of 128 products and 32 heads
 # DeepGEMM against the float32 reference, by the logits dtype the line asks for (index_logits_dtype: float32 off
 # sm_100; bfloat16 on sm_100, whose rounding alone is 2^-9 relative)
 DEEPGEMM_TOL = {"torch.float32": 1e-3, "torch.bfloat16": 1e-2}

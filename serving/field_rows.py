@@ -83,9 +83,9 @@ LINES = {
 
 # The indexer DeepSeek-V4.1-Flash reaches on sm_12x (0.5.23): its ratio-1/2 layers score with DeepGEMM's paged fp4
 # MQA logits under DeepGEMM's own schedule, and the candidate layers select blocks with the line's functions
-# (serving/field_indexer.py runs them). The shape is tests/line_0_5_23/test_v41_startup.py's fixture: 64 index
+# (serving/field_indexer.py runs them). The shape is tests/line_0_5_23/test_v41_startup.py's fixture: 32 index
 # heads of dim 128, index top-k 512, 2048 candidate blocks of 8; the keys are fp4 in the index pool's 64-slot pages.
-V41_INDEX_HEADS = 64
+V41_INDEX_HEADS = 32
 V41_INDEX_DIM = 128
 V41_INDEX_PAGE = 64
 V41_INDEX_TOPK = 512

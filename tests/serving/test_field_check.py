@@ -197,7 +197,7 @@ def test_a_wrong_kernel_fails_its_row(pristine_root, monkeypatch):
 def test_the_indexer_shapes_are_v41s():
     """Decode B 1/8/48 and DSPARK verify B x 7 rows at a 4K and a 64K context, with the index heads, head dim, top-k
     and candidate blocks of tests/line_0_5_23/test_v41_startup.py's V4.1-Flash fixture."""
-    from tests.line_0_5_23.test_v41_startup import PUBLISHED, VERIFY_ROWS
+    from tests.line_0_5_23.test_v41_startup import PUBLISHED_TEXT as PUBLISHED, VERIFY_ROWS
 
     shapes = R.indexer_shapes()
     assert {(s.kind, s.requests, s.per_request) for s in shapes} == {
