@@ -1,6 +1,6 @@
 """`apply.py field-report ingest REPORT`: file a user's field-check report as a run of this repository.
 
-It goes into bench/runs/<date>-field-<gpu>/ (RUN.md written from the report, the report's .json and .md beside it
+It goes into bench/runs/<date>-field-<gpu>-<line>/ (RUN.md written from the report, the report's .json and .md beside it
 byte for byte), one row in bench/runs/INDEX.md, and the BENCHMARKS.md row it would add is printed, marked
 user-submitted with its machine (a maintainer places it). A malformed report, or one of another patch set than this
 checkout's line, is refused in one line and nothing is written.
@@ -77,7 +77,8 @@ def check_patch_set(report: dict, engine) -> None:
 
 
 def slug(report: dict) -> str:
-    return f"{report['date']}-field-{F.gpu_slug(report['machine']['gpu'])}"
+    """<date>-field-<gpu>-<line>: one card's reports of both lines on one day are two runs, not one refused."""
+    return f"{report['date']}-field-{F.gpu_slug(report['machine']['gpu'])}-{report['patch_set']['line']}"
 
 
 def counts(rows) -> str:

@@ -50,7 +50,7 @@ def test_round_trip(checkout, report_file):
     before = (checkout / "bench/runs/INDEX.md").read_text()
     proc = ingest(checkout, report_file)
     assert proc.returncode == 0, proc.stderr
-    folder = checkout / "bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3"
+    folder = checkout / "bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23"
     assert sorted(p.name for p in folder.iterdir()) == sorted(["RUN.md", report_file.name,
                                                                report_file.with_suffix(".md").name])
     assert (folder / report_file.name).read_bytes() == report_file.read_bytes()     # raw, byte for byte
@@ -61,11 +61,11 @@ def test_round_trip(checkout, report_file):
     index = (checkout / "bench/runs/INDEX.md").read_text()
     added = [l for l in index.splitlines() if l not in before.splitlines()]
     assert added == [l for l in index.splitlines() if l.startswith("| `2026-12-07-field-")]
-    assert len(added) == 1 and "bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3/RUN.md" in added[0]
+    assert len(added) == 1 and "bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23/RUN.md" in added[0]
     assert index.index(added[0]) < index.index("## Archived")
     row = proc.stdout.strip().splitlines()[-1]
     assert row.startswith("| 2026-12-07 | NVIDIA H100 80GB HBM3 (sm_90), user-submitted | line 0.5.23 ")
-    assert "(bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3/RUN.md)" in row
+    assert "(bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23/RUN.md)" in row
     again = ingest(checkout, report_file)        # filed once: a second time is refused, nothing changes
     assert again.returncode == 1 and "already filed" in again.stderr and len(again.stderr.splitlines()) == 1
 
@@ -114,3 +114,16 @@ def test_the_patch_set_check_reads_this_checkouts_digest(report_file):
     """The digest a report must carry is the one this checkout's engine computes for its line (not a copy)."""
     data = json.loads(report_file.read_text())
     assert data["patch_set"]["series_digest"] == Engine.from_repo(REPO, read_only=True, line="0.5.23").patch_set().digest
+
+
+def test_one_cards_reports_of_both_lines_on_one_day_are_filed_apart(checkout, report_file, tmp_path):
+    """An owner runs field-check on each line the same day: the two reports go to two folders, each named by its
+    line, and neither is refused as 'already filed' (the folder was named by date and card alone)."""
+    out = tmp_path / "other-line"
+    out.mkdir()
+    other, _ = F.write_report(run_report(out, line="0.5.14"), out, F.private_words())
+    assert json.loads(other.read_text())["date"] == json.loads(report_file.read_text())["date"]
+    first, second = ingest(checkout, report_file), ingest(checkout, other)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    runs = sorted(p.name for p in (checkout / "bench/runs").iterdir() if p.is_dir())
+    assert runs == ["2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.14", "2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23"]
