@@ -126,7 +126,7 @@ def pr_body(pr: UpstreamPR, template: str, files: list[tuple[str, str]], base: s
     accuracy = [_measured(a) for a in pr.accuracy]
     if test_command:
         accuracy.append(f"Unit test added with this PR ({TEST_PARTS_TEXT[pr.test_parts]}):\n\n"
-                        f"```\n{test_command}\n```")
+                        f"```\n{test_command}\n```" + (f"\n\n{pr.test_ask}" if pr.test_ask else ""))
     accuracy.append(_reproduction(pr, "accuracy"))
     benchmark = [_measured(b) for b in pr.benchmark]
     benchmark += [f"Benchmark added with this PR, in a checkout of this branch:\n\n```\n{run}\n```"

@@ -18,7 +18,9 @@ request is read by the upstream project. So what goes upstream is data of its ow
     test = {file = "upstream-tests/test_x.py", dest = "test/registered/kernels/test_x.py", parts = ["gpu"]}
                                      # parts: what runs where, "cpu" (without a GPU) and/or "gpu" (needs one);
                                      # runner (optional, default "python3"): what the body's test command runs
-                                     # the file with, as the upstream project's CI does ("pytest")
+                                     # the file with, as the upstream project's CI does ("pytest");
+                                     # ask (optional): a paragraph after the test command asking a reader with
+                                     # hardware nobody has run it on to run it and post the output
     files = [{file = "upstream-benchmarks/bench_x.py", dest = "benchmark/bench_x.py", what = "...", run = "..."}]
                                      # further new files the PR adds (a benchmark script): repo layout, each
                                      # listed under Modifications with `what`; `run` (optional): the command
@@ -97,6 +99,7 @@ class UpstreamPR:
     test_dest: str = ""                       # where it goes in the upstream repo (repo layout)
     test_parts: tuple[str, ...] = ()          # what of it runs without a GPU ("cpu") and with one ("gpu")
     test_runner: str = "python3"              # what runs the test file in the upstream project ("pytest")
+    test_ask: str = ""                        # what the PR asks of a reader with hardware no one has run it on
     files: list[tuple[Path, str, str]] = field(default_factory=list)   # (source, repo-layout dest, what)
     related: list[Related] = field(default_factory=list)
     label: str = ""                           # this repository's name for it (README); never exported
@@ -252,11 +255,14 @@ def _upstream_pr(where: str, series_dir: Path, p: dict, name: str) -> UpstreamPR
             raise PatchkitError(f"{where}: modifications: expected {{path, what}} tables, found {m!r}")
         mods[clean_relpath(_str(where, m["path"], "path"), f"{where}: modifications")] = _str(where, m["what"], "what")
     test = p.get("test")
-    test_file, test_dest, test_parts, runner = None, "", (), "python3"
+    test_file, test_dest, test_parts, runner, ask = None, "", (), "python3", ""
     if test is not None:
-        if not isinstance(test, dict) or not {"file", "dest", "parts"} <= set(test) <= {"file", "dest", "parts", "runner"}:
-            raise PatchkitError(f"{where}: test: expected {{file, dest, parts}} and optionally runner, found {test!r}")
+        if not isinstance(test, dict) or not {"file", "dest", "parts"} <= set(test) <= {"file", "dest", "parts", "runner",
+                                                                                         "ask"}:
+            raise PatchkitError(f"{where}: test: expected {{file, dest, parts}} and optionally runner and ask, "
+                                f"found {test!r}")
         runner = _str(where, test.get("runner", "python3"), "runner").strip()
+        ask = _str(where, test.get("ask", ""), "ask", required=False).strip()
         test_file = Path(series_dir) / clean_relpath(_str(where, test["file"], "file"), f"{where}: test.file")
         test_dest = clean_relpath(_str(where, test["dest"], "dest"), f"{where}: test.dest")
         if not test_file.is_file():
@@ -270,7 +276,7 @@ def _upstream_pr(where: str, series_dir: Path, p: dict, name: str) -> UpstreamPR
     return UpstreamPR(
         file=name, title=_str(where, p.get("title"), "title"),
         motivation=_str(where, p.get("motivation"), "motivation").strip(), modifications=mods,
-        test_file=test_file, test_dest=test_dest, test_parts=test_parts, test_runner=runner,
+        test_file=test_file, test_dest=test_dest, test_parts=test_parts, test_runner=runner, test_ask=ask,
         related=_related(where, p.get("related", [])), files=_files(where, series_dir, p.get("files", [])),
         runs=[_str(where, f["run"], "run") for f in p.get("files", []) if "run" in f],
         label=_str(where, p.get("label"), "label", required=False),

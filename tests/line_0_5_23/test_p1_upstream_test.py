@@ -118,3 +118,18 @@ def test_its_kernel_benchmark_reads_cold_kv_and_the_body_prints_its_command():
 
     body = pr_body(pr, "", [], "main", Stack(0, 0, "", ""))
     assert f"```\npython3 {dest}\n```" in body
+
+
+def test_the_test_section_asks_an_sm120_owner_for_the_run_it_lacks():
+    """No sm_120 card has run the kernel: the PR's test section says so and asks whoever has one (sm_120 / sm_121)
+    to run the unittest it prints and post the output, without pointing outside the PR (no link into this
+    repository: upstream's reviewers run upstream's own test)."""
+    from patchkit.pr.body import Stack, pr_body
+
+    pr = p1()
+    command = f"python3 {pr.test_dest}"
+    body = pr_body(pr, "", [], "main", Stack(0, 0, "", ""), command)
+    section = body[body.index("Unit test added with this PR"):]
+    ask = section[section.index(f"```\n{command}\n```") + len(command) + 8:].split("\n\n")[1]
+    assert "sm_120" in ask and "sm_121" in ask and "not run" in ask and "post" in ask, ask
+    assert "http" not in ask and "docs/" not in ask, ask
