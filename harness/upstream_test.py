@@ -4,11 +4,12 @@ of the upstream package, with this machine's python:
     python3 -m harness.upstream_test TREE FILE [unittest args]
 
 TREE is the directory holding `sglang/` (a checkout's `python/`, or a patched site directory). The `sglang`
-package is entered without running its `__init__.py`, which imports the serving front end (orjson and other
-server dependencies a kernel test needs none of, and the CPU test venv does not have); every module the test
-imports is TREE's own file. So is `register_custom_op` (sglang/srt/utils/custom_op.py), whose package
-`sglang.srt.utils` star-imports the serving runtime: it comes with TREE's common.py's direct_register_custom_op
-alone (harness.upstream.release_custom_op), which registers ops for CUDA as upstream does, nothing for the CPU.
+package is entered without running its `__init__.py`, which imports the serving front end (IPython on 0.5.23,
+torchvision on 0.5.14, and other dependencies a kernel test needs none of and the CPU test venv does not have);
+every module the test imports is TREE's own file. So is `register_custom_op` (sglang/srt/utils/custom_op.py),
+whose package `sglang.srt.utils` star-imports the serving runtime: it comes with TREE's common.py's
+direct_register_custom_op alone (harness.upstream.release_custom_op), which registers ops for CUDA as upstream
+does, nothing for the CPU.
 Exit status: the test file's.
 """
 from __future__ import annotations

@@ -4,9 +4,10 @@ SGLang 0.5.23 scores DeepSeek-V4.1's ratio-1/2 index layers on sm_120 with `deep
 (v41_indexer: capability major >= 10), which DeepGEMM builds at run time from its shipped headers. This writes the
 instantiation DeepGEMM's JIT generates for `sm120_fp4_paged_mqa_logits` (the template and the nvcc flags its _C.so
 carries) for each shape V4.1 asks for, and compiles each with nvcc to a cubin for sm_120f, ptxas verbose:
-it builds or it does not, with its registers, spills and shared memory. Nothing runs.
+it builds or it does not, with its registers, spills and shared memory. Nothing runs. --heads is the model's
+index_n_heads: 32 (DeepSeek-V4.1-Flash's published value, the default) or 64 (V4-Flash-sized configs).
 
-    python3 -m bench.kernels.deepgemm_sm120_aot --wheel sgl_deep_gemm-0.2.3.post2-py3-none-manylinux2014_x86_64.whl OUT_DIR
+    python3 -m bench.kernels.deepgemm_sm120_aot --wheel sgl_deep_gemm-0.2.3.post2-py3-none-manylinux2014_x86_64.whl [--heads 32] OUT_DIR
 """
 from __future__ import annotations
 
@@ -29,16 +30,19 @@ FLAGS = ["-std=c++20", "--compiler-options=-fPIC", "--compiler-options=-fconcept
 # (next_n, context_lens_2d): a decode row alone with 1-D and with 2-D lengths (0.5.23's
 # deep_gemm_fp4_paged_mqa_logits hands every decode [rows, 1] lengths), the 2-row atom its scheduler pairs, and a
 # request's verify rows at DSPARK block 5 and 6 (block + 1 = 6 and 7 rows, 2-D lengths; 7 pads to 4 atoms).
-# Heads 64 (DeepSeek-V4/V4.1-Flash's index_n_heads) x dim 128, block_kv 64, split_kv 128, 2 Q / 3 KV stages,
-# 128 TMA + 256 math threads, fp32 logits: the only shape DeepGEMM's sm_120 host code accepts (its asserts), with
-# fp32 logits as 0.5.23 asks off sm_100.
+# Dim 128, block_kv 64, split_kv 128, 2 Q / 3 KV stages, 128 TMA + 256 math threads: the one shape DeepGEMM's
+# sm_120 host code builds (its asserts), with fp32 logits as 0.5.23 asks off sm_100; the heads are the model's.
 SHAPES = [(1, "false"), (2, "true"), (1, "true"), (6, "true"), (7, "true")]
+# index_n_heads DeepGEMM's paged MQA logits accept (its host assert: num_heads == 32 or num_heads == 64).
+# DeepSeek-V4.1-Flash's published config has 32 (TensorRT-LLM's DeepseekV41TextConfig); V4-Flash has 64.
+HEADS = (32, 64)
+V41_INDEX_HEADS = 32
 
 
-def source(next_n: int, ctx2d: str) -> str:
+def source(next_n: int, ctx2d: str, heads: int) -> str:
     return (f"#include <deep_gemm/impls/{KERNEL}.cuh>\nusing namespace deep_gemm;\n"
             f"static void __instantiate_kernel() {{\n    auto ptr = reinterpret_cast<void*>(&{KERNEL}<\n"
-            f"        {next_n}, 64,\n        128, 64,\n        {ctx2d}, false,\n        2, 3,\n        128,\n"
+            f"        {next_n}, {heads},\n        128, 64,\n        {ctx2d}, false,\n        2, 3,\n        128,\n"
             f"        128, 256,\n        float\n    >);\n}}\n")
 
 
@@ -48,6 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--next-n", type=int, action="append",
                     help="only the shapes of these next_n (repeatable; default: every shape)")
+    ap.add_argument("--heads", type=int, choices=HEADS, default=V41_INDEX_HEADS,
+                    help=f"the model's index_n_heads (default {V41_INDEX_HEADS}, DeepSeek-V4.1-Flash's; "
+                         "64 for V4-Flash-sized configs)")
     ap.add_argument("out", type=Path)
     args = ap.parse_args(argv)
     if not args.wheel.is_file() or not zipfile.is_zipfile(args.wheel):
@@ -59,7 +66,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(args.wheel.read_bytes()).hexdigest()
     version = subprocess.run([args.nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    lines = [f"wheel: {args.wheel.name} sha256 {digest}", f"nvcc: {version}"]
+    lines = [f"wheel: {args.wheel.name} sha256 {digest}", f"nvcc: {version}",
+             f"heads: {args.heads} (index_n_heads) x dim 128, block_kv 64, split_kv 128, fp32 logits"]
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(args.wheel) as z:
@@ -68,7 +76,7 @@ def main(argv=None) -> int:
         for next_n, ctx2d in [s for s in SHAPES if not args.next_n or s[0] in args.next_n]:
             name = f"{KERNEL}_n{next_n}_{'2d' if ctx2d == 'true' else '1d'}"
             cu = args.out / f"{name}.cu"
-            cu.write_text(source(next_n, ctx2d))
+            cu.write_text(source(next_n, ctx2d, args.heads))
             cmd = [args.nvcc, *FLAGS, "-I", "<deep_gemm/include>", "-o", f"{name}.cubin", cu.name]
             proc = subprocess.run([c.replace("<deep_gemm/include>", str(include)) for c in cmd],
                                   cwd=args.out, capture_output=True, text=True)

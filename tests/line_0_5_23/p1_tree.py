@@ -3,7 +3,8 @@
 The dispatcher module imports sglang.srt.environ (stdlib only, loaded from the tree) and
 sglang.srt.utils (the whole runtime) for `is_hip`, which a CPU test answers False; the overlay
 kernel modules (the mma backend's Triton kernel, and its Gluon kernel where the tree has it), are loaded by
-path under their package names, since sglang/kernels/__init__.py pulls in msgspec and every op group.
+path under their package names, since sglang/kernels/__init__.py imports every op group, which the slice a
+GPU box gets (SLICE) does not hold.
 """
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ the patches, and a wrong name lists them. The tests are tests/pr/test_export_pr.
 path and an unrunnable command are line-independent and run once, there), collected here so its
 fixtures and the command take this line (tests/conftest.py: PATCHKIT_LINE per test).
 
-The unittests' CPU part is not run here: 0.5.23's `sglang.kernels` package imports server dependencies
-(msgspec, ...) the CPU test venv does not carry."""
+The unittests' CPU part is not run here (tests/pr/test_export_pr.py runs it on 0.5.14): under
+harness.upstream_test, 0.5.23's flash_mla_sm120 stops at `from sglang.srt.utils import is_hip`, which the
+harness's reduced sglang.srt.utils.common (direct_register_custom_op alone) does not hold."""
 from tests.pr.test_export_pr import (  # noqa: F401  (fixtures and the test, collected for this line)
     checkouts,
     overlay_repo,

@@ -1,8 +1,9 @@
 """The unittest P1's PR adds to SGLang (0.5.23 line): where upstream keeps its attention-kernel tests
 (test/registered/kernels/ops/attention/), registered as the release registers them (read by the release's own
 collector), and exercising what the PR changes: flash_mla_with_kvcache_sm120 with SGLANG_SM120_FLASHMLA_BACKEND=mma
-set before the module reads it, and MqaAttentionBase._kernel_num_heads under that switch. (0.5.23's
-sglang.kernels imports server dependencies this CPU venv lacks, so the file is read here, not run.)"""
+set before the module reads it, and MqaAttentionBase._kernel_num_heads under that switch. (The file is read
+here, not run: under harness.upstream_test, 0.5.23's flash_mla_sm120 stops at `from sglang.srt.utils import
+is_hip`, which the harness's reduced sglang.srt.utils.common does not hold.)"""
 from __future__ import annotations
 
 import ast
