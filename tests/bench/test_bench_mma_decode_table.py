@@ -74,7 +74,7 @@ def test_ours_is_the_lines_kernel_with_register_custom_op_from_the_release_tree_
     lock = load_lock(REPO / "pin.lock", line)
     kernel, slice_ = line_file(lock, bm.KERNEL), tmp_path / "slice"
     seen = []
-    monkeypatch.setattr(bm, "load_kernel",
+    monkeypatch.setattr(bm, "load_mma_backend",
                         lambda path, name, tree=None, line=None: seen.append((path, tree, line)) or name)
     bm.load_ours(lock, None, tmp_path / "release")               # the line's overlay file, the release slice's op
     kernel.in_tree(slice_).parent.mkdir(parents=True)
