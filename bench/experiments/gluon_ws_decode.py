@@ -44,11 +44,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mbarrier, mma_v2
 
 from harness.line_files import overlay_file
-from harness.upstream import load_kernel
+from harness.mma_backend import load_mma_backend
 from patchkit.lockfile import load_lock
 from serving import REPO
 
-_m = load_kernel(overlay_file(load_lock(REPO / "pin.lock"), "flash_mla_sm120_mma.py"), "flash_mla_sm120_mma_ws")
+# The backend as one namespace: 0.5.23 keeps the Gluon helpers in the Gluon kernel's own module
+_m = load_mma_backend(overlay_file(load_lock(REPO / "pin.lock"), "flash_mla_sm120_mma.py"), "flash_mla_sm120_mma_ws")
 
 # The shipped module's sizes and Gluon helpers (globals a Gluon kernel may read: constexprs, jit functions).
 _NOPE_DIM = _m._NOPE_DIM
