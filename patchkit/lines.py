@@ -84,6 +84,25 @@ def _stale_differs(repo: Path, entries: list[dict[str, str]]) -> list[str]:
     return out
 
 
+def follow_moves(repo: Path, line: str, moves: dict[str, str]) -> list[str]:
+    """A rebase moved overlay files of `line` (overlay-relative old -> new): the [[differs]] entries naming them
+    name the new paths, so the reasons kept for them hold on (and `check` does not find them stale). Only the
+    quoted paths change in overlay/copies.toml; what it was rewritten to say is returned, one line per entry."""
+    path = Path(repo) / COPIES
+    raw = fsio.read_regular(path, "the overlay copies file")
+    if raw is None or not moves:
+        return []
+    text, said = raw.decode("utf-8"), []
+    for old, new in sorted(moves.items()):
+        a, b = f'"overlay/{line}/{old}"', f'"overlay/{line}/{new}"'
+        if a in text:
+            text = text.replace(a, b)
+            said.append(f"{COPIES}: {a[1:-1]} -> {b[1:-1]}")
+    if said:
+        fsio.atomic_write(path, text.encode("utf-8"))
+    return said
+
+
 def _copy_roots(repo: Path, line: str) -> dict[str, str]:
     """{kind: the line's folder of that kind}: its overlay, and each upstream's upstream-tests (compared only
     with the same upstream's of another line)."""

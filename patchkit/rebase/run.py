@@ -22,6 +22,7 @@ from ..bookkeeping import RepoFiles
 from ..engine import Engine
 from ..fetch import Release, find_release
 from ..fsio import atomic_write
+from ..lines import follow_moves
 from ..lockedit import update_lock_text
 from ..lockfile import Upstream
 from ..paths import safe_name
@@ -433,6 +434,9 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
         faults.point("refresh", step)
         (repo / "overlay" / line).mkdir(parents=True, exist_ok=True)
         mirror(base / "overlay", repo / "overlay" / line)
+        # the reasons overlay/copies.toml keeps for a moved file follow it (it is under overlay/: in the backup)
+        moved = follow_moves(repo, line, {old: new for e in state.upstreams for r in e.results
+                                          for old, new in r.overlay_moves.items()})
         faults.point("refresh", step + 1)
         atomic_write(repo / "pin.lock", lock_text.encode(), fault="pin-lock")
         fresh = Engine.from_repo(repo, line=line)
@@ -456,6 +460,8 @@ def _refresh(engine: Engine, base: Path, state: RebaseState) -> None:
         print(f"rebase: {e.label}: wrote {len(exported[e.name])} patch(es), pin.lock updated")
     for moved_pin in state.moved:
         print(f"rebase: pin {moved_pin}")
+    for said in moved:
+        print(f"rebase: {said}")
     for name, note in state.forced.items():
         print(f"rebase: warning: {name}: {note} (--force; noted in pin.lock)")
     print(f"rebase: done. To undo it: python apply.py rebase --abort (restores pin.lock, patches/ and overlay/ "

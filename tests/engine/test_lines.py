@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import PatchkitError
-from patchkit.lines import copies_problems, line_for_runtime
+from patchkit.lines import copies_problems, follow_moves, line_for_runtime
 from patchkit.lockfile import load_lock, lock_lines
 from tests.fault_fixtures import cli, data_snapshot, demo_target, one_line_error
 from tests.conftest import REPO, line_of
@@ -184,6 +184,29 @@ def test_a_differs_entry_naming_a_missing_file_is_refused(tmp_path):
     assert copies_problems(tmp_path, ["0.5.14", "0.5.23"]) == [
         "overlay/copies.toml: [[differs]] #2: expected a and b to name files of the checkout, found no file "
         "overlay/0.5.14/pkg/gone.py (remove the entry or correct its path)"]
+
+
+def test_a_moved_overlay_file_keeps_its_differs_reason(tmp_path):
+    """A rebase that moves a line's overlay file with its module (patchkit/rebase/run.py) moves the file's
+    [[differs]] paths with it: the reason still excuses the pair and names files that exist (red before: the
+    0.5.14 line rebased onto 0.5.17 moved flash_mla_sm120_mma.py to sglang/kernels/ops/attention/, and check
+    then called the entry stale and the two same-named files different without a reason)."""
+    for line, rel in (("0.5.14", "pkg/a/k.py"), ("0.5.23", "pkg/b/k.py")):
+        (tmp_path / "overlay" / line / rel).parent.mkdir(parents=True)
+        (tmp_path / "overlay" / line / rel).write_text(line)
+    copies = ('# why they differ\n[[differs]]\na = "overlay/0.5.14/pkg/a/k.py"\nb = "overlay/0.5.23/pkg/b/k.py"\n'
+              'reason = "one file there, two here"\n')
+    (tmp_path / "overlay" / "copies.toml").write_text(copies)
+    assert copies_problems(tmp_path, ["0.5.14", "0.5.23"]) == []
+    (tmp_path / "overlay" / "0.5.14" / "pkg" / "b").mkdir()
+    (tmp_path / "overlay" / "0.5.14" / "pkg" / "a" / "k.py").rename(tmp_path / "overlay" / "0.5.14" / "pkg" / "b" / "k.py")
+    assert len(copies_problems(tmp_path, ["0.5.14", "0.5.23"])) == 2      # the stale entry, the unexcused pair
+    said = follow_moves(tmp_path, "0.5.14", {"pkg/a/k.py": "pkg/b/k.py", "pkg/other.py": "pkg/b/other.py"})
+    assert said == ["overlay/copies.toml: overlay/0.5.14/pkg/a/k.py -> overlay/0.5.14/pkg/b/k.py"]
+    assert copies_problems(tmp_path, ["0.5.14", "0.5.23"]) == []
+    assert (tmp_path / "overlay" / "copies.toml").read_text() == copies.replace("pkg/a/k.py", "pkg/b/k.py")
+    # a move of the other line names that line's path only: 0.5.14's entry is not touched
+    assert follow_moves(tmp_path, "0.5.23", {"pkg/a/k.py": "pkg/c/k.py"}) == []
 
 
 def test_every_differs_entry_of_this_checkout_names_files_that_exist():

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -71,11 +72,20 @@ def test_only_namespaced_packages_are_installed(installed):
         assert (site / "dsv4_sm120_overlay" / name).read_bytes() == (REPO / name).read_bytes(), name
 
 
-def test_installed_command_works_outside_a_checkout_on_the_shipped_series(installed, pristine_root, tmp_path):
+@pytest.fixture
+def outside():
+    """A folder in the system's temporary directory, outside every checkout: `make test` keeps pytest's own
+    temporary files inside this checkout (build/pytest-tmp), where the installed command would find the checkout
+    by walking up from its working directory."""
+    where = Path(tempfile.mkdtemp(prefix="patchkit-outside-"))
+    assert not any((d / ".git").exists() for d in (where, *where.parents)), where
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def test_installed_command_works_outside_a_checkout_on_the_shipped_series(installed, pristine_root, tmp_path, outside):
     site, _, _ = installed
     shipped = site / "dsv4_sm120_overlay"
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
     helped = run(installed, "--help", cwd=outside)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: patchkit "), helped.stdout + helped.stderr
     ident = Engine.from_repo(REPO).patch_set()
@@ -119,7 +129,7 @@ def _git(repo: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_the_installed_package_ships_every_file_of_the_series_and_runs_export_pr(installed, tmp_path):
+def test_the_installed_package_ships_every_file_of_the_series_and_runs_export_pr(installed, tmp_path, outside):
     """Everything under patches/ and overlay/ is package data (the PR texts and upstream tests export-pr needs),
     and installed export-pr, run outside any checkout, makes the branch and writes the PR body into the upstream
     checkout's own git directory (the only tree the command writes to), not into the read-only package."""
@@ -153,8 +163,6 @@ def test_the_installed_package_ships_every_file_of_the_series_and_runs_export_pr
     _git(checkout, "tag", up.tag)
     _git(checkout, "config", "user.name", "Jane Reviewer")
     _git(checkout, "config", "user.email", "jane@example.org")
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
     proc = run(installed, "export-pr", f"{name}/{patch.name}", "--repo", str(checkout), cwd=outside)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     branch = next(line.split()[3] for line in proc.stdout.splitlines() if ": branch " in line)
