@@ -55,6 +55,45 @@ def git(cwd: Path, *args: str, check: bool = True, env: dict | None = None, inpu
                            "-c", "gc.auto=0"))   # no background gc writing into a repo about to be removed
 
 
+def identity_line(role: str) -> str:
+    """`NAME <EMAIL> SECONDS +HHMM` of IDENTITY's author or committer: what `git commit` writes for it."""
+    import datetime as dt
+
+    when = dt.datetime.fromisoformat(IDENTITY[f"GIT_{role}_DATE"])
+    offset = int(when.utcoffset().total_seconds() // 60)
+    zone = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
+    return f"{IDENTITY[f'GIT_{role}_NAME']} <{IDENTITY[f'GIT_{role}_EMAIL']}> {int(when.timestamp())} {zone}"
+
+
+def git_import(cwd: Path, chunks) -> None:
+    """`git fast-import` in a scratch repository, fed the byte chunks of its stream (a stream that stops short of
+    its `done` fails instead of half-importing). A failure is one PatchkitError line, as git() gives."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as err:      # a file, not a pipe: git's errors never block the feed
+        proc = subprocess.Popen(["git", "-c", "gc.auto=0", "fast-import", "--quiet", "--done"], cwd=cwd,
+                                env=_scratch_env(None), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            try:
+                for chunk in chunks:
+                    proc.stdin.write(chunk)
+            finally:
+                try:
+                    proc.stdin.close()         # without `done` first, git refuses the stream
+                except BrokenPipeError:
+                    pass
+        except BrokenPipeError:
+            pass                               # git stopped reading: its own error, below, says why
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.wait() != 0:
+            err.seek(0)
+            msg = err.read().decode(errors="replace").strip().splitlines()
+            raise PatchkitError(f"git fast-import failed in {cwd}: {msg[0] if msg else 'exit %d' % proc.returncode}")
+
+
 def checkout_git(repo: Path, *args: str, check: bool = True, env: dict | None = None, input=None,
                  text: bool = True) -> subprocess.CompletedProcess:
     """git in the user's checkout, with the user's own configuration (signing, hooks, identity)."""

@@ -83,22 +83,40 @@ class Pristine:
     def _verify(self, stage: Path, names: list[str], dist_info: str) -> None:
         """Every unpacked file matches the wheel's RECORD (digest and size), and nothing RECORD lists is missing."""
         record = self._record(dist_info)
-        keep = {n.split("/")[0] for n in names}
-        listed = {n for n in record if n.split("/")[0] in keep}
         for name in names:
-            if name == f"{dist_info}/RECORD":
-                continue
-            if name not in record:
-                raise PatchkitError(f"{self.wheel.name}: {name} is not listed in its RECORD; nothing unpacked")
-            data = (stage / name).read_bytes()
-            digest = record_digest(data)[len("sha256="):]
-            want, size = record[name]
-            if digest != want or str(len(data)) != size:
-                raise PatchkitError(f"{self.wheel.name}: {name}: expected sha256={want} ({size} bytes) as in its RECORD, "
-                                    f"found sha256={digest} ({len(data)} bytes); nothing unpacked")
+            if name != f"{dist_info}/RECORD":
+                self._check(record, name, (stage / name).read_bytes())
+        keep = {n.split("/")[0] for n in names}
+        self._none_missing({n for n in record if n.split("/")[0] in keep}, names)
+
+    def _check(self, record: dict, name: str, data: bytes) -> None:
+        if name not in record:
+            raise PatchkitError(f"{self.wheel.name}: {name} is not listed in its RECORD; nothing unpacked")
+        digest = record_digest(data)[len("sha256="):]
+        want, size = record[name]
+        if digest != want or str(len(data)) != size:
+            raise PatchkitError(f"{self.wheel.name}: {name}: expected sha256={want} ({size} bytes) as in its RECORD, "
+                                f"found sha256={digest} ({len(data)} bytes); nothing unpacked")
+
+    def _none_missing(self, listed: set[str], names: list[str]) -> None:
         missing = sorted(listed - set(names))
         if missing:
             raise PatchkitError(f"{self.wheel.name}: RECORD lists {missing[0]}, found no such file in the wheel; nothing unpacked")
+
+    def verified_files(self, root: str):
+        """(name, bytes) of every file under `root/`, each checked against the wheel's RECORD as it is read, then
+        that RECORD lists no file under root/ the wheel lacks: what `unpack(root=...)` would leave under root,
+        without writing it (a PatchkitError part way: the caller drops what it made of the earlier files)."""
+        for name in self.names:
+            clean_relpath(name, f"{self.wheel.name}: wheel entry")
+        record = self._record(self.dist_info())
+        names = self.files_under(root)
+        for name in names:
+            data = self._zip.read(name)
+            self._check(record, name, data)
+            yield name, data
+        prefix = root.rstrip("/") + "/"
+        self._none_missing({n for n in record if n.startswith(prefix)}, names)
 
     def unpack(self, dest: Path, root: str | None = None, log=None) -> None:
         """Extract the whole wheel (or only `root/` and its dist-info) under dest, all or nothing.

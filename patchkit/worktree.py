@@ -7,13 +7,14 @@ worktree shows a change whole; `export` takes those files out of the patches and
 """
 from __future__ import annotations
 
+import posixpath
 import shutil
 import tempfile
 from pathlib import Path
 
 from . import PatchkitError, fsio
 from .fsio import atomic_write
-from .gitcmd import git, init_repo
+from .gitcmd import git, git_import, identity_line, init_repo
 from .patchfile import PatchFile, split_message
 from .pristine import Pristine
 from .series import Series
@@ -23,10 +24,34 @@ FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--full-index", "--no-sign
 PRISTINE_TAG = "pristine"
 
 
-def unpack_release(dest: Path, pristine: Pristine, root: str) -> None:
-    """The release's files under `root` in dest, without its dist-info (not part of the upstream repo)."""
-    pristine.unpack(dest, root=root)
-    shutil.rmtree(dest / pristine.dist_info(), ignore_errors=True)
+def _quoted(path: str) -> str:
+    """A path as fast-import reads it whatever its characters: C-style quoted."""
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def commit_release(repo: Path, pristine: Pristine, root: str, message: str, branch: str = "main",
+                   prefix: str = "", parent: str | None = None) -> str:
+    """Commit the release's files under `root` (at `prefix` in the repository; not its dist-info, which is no part
+    of the upstream repository) as one commit on `branch`, on `parent` or as a root commit; its id. The commit is
+    the one `git add -A && git commit -m MESSAGE` of the unpacked files makes (same blobs, modes, identity and
+    dates), but the files are streamed from the verified wheel into git, never written or read back: a
+    release's tree is tens of thousands of files. The work tree is left alone (check the branch out to see it)."""
+    text = git(repo, "stripspace", input=message).stdout.encode()   # the message as `git commit -m` cleans it
+
+    def stream():
+        n = 0
+        for n, (name, data) in enumerate(pristine.verified_files(root), 1):
+            yield b"blob\nmark :%d\ndata %d\n" % (n, len(data)) + data + b"\n"
+        head = [f"commit refs/heads/{branch}", f"mark :{n + 1}", f"author {identity_line('AUTHOR')}",
+                f"committer {identity_line('COMMITTER')}", f"data {len(text)}"]
+        yield "\n".join(head).encode() + b"\n" + text
+        yield (f"from {parent}\n" if parent else "").encode() + b"deleteall\n"
+        for i, name in enumerate(pristine.files_under(root), 1):
+            yield f"M 100644 :{i} {_quoted(posixpath.join(prefix, name) if prefix else name)}\n".encode()
+        yield b"\ndone\n"
+
+    git_import(repo, stream())
+    return git(repo, "rev-parse", f"refs/heads/{branch}").stdout.strip()
 
 
 def build_worktree(dest: Path, series: Series, pristine: Pristine, root: str, label: str,
@@ -37,15 +62,16 @@ def build_worktree(dest: Path, series: Series, pristine: Pristine, root: str, la
         raise PatchkitError(f"{dest}: expected an empty or new directory, found existing files")
     init_repo(dest)
     if full_tree:
-        unpack_release(dest, pristine, root)
+        commit_release(dest, pristine, root, f"pristine {label}")
+        git(dest, "reset", "-q", "--hard")      # the files of the commit, written once by git
     else:
         for p in series.patches:
             for path in p.paths:
                 if pristine.has(path):
                     (dest / path).parent.mkdir(parents=True, exist_ok=True)
                     (dest / path).write_bytes(pristine.read(path))
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {label}")
+        git(dest, "add", "-A")
+        git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {label}")
     git(dest, "tag", PRISTINE_TAG)
     commit_patches(dest, series.patches, label, {rel: series.overlay_bytes(rel) for rel in series.overlay_owner})
     return dest

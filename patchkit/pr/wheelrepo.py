@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import PatchkitError, UsageError
 from ..gitcmd import git
+from ..worktree import commit_release
 
 MESSAGE = ("{package} {version}: the files of {artifact}, at the repository's layout\n\n"
            "Built from the pinned wheel, not cloned: this is not {repo}'s history, and it holds only what\n"
@@ -42,13 +43,11 @@ def build(engine, name: str, dest: Path) -> str:
     made = not dest.exists()
     try:
         dest.mkdir(parents=True, exist_ok=True)
-        root = dest / up.repo_prefix if up.repo_prefix else dest
-        pristine.unpack(root, root=up.root)
-        shutil.rmtree(root / pristine.dist_info())   # installer metadata: not a file of the repository
         git(dest, "init", "-q", "-b", "main")
-        git(dest, "add", "-A")
-        git(dest, "commit", "-q", "-m", MESSAGE.format(package=up.package, version=up.version, artifact=up.artifact,
-                                                      repo=up.repo or up.package))
+        commit_release(dest, pristine, up.root, MESSAGE.format(package=up.package, version=up.version,
+                                                               artifact=up.artifact, repo=up.repo or up.package),
+                       prefix=up.repo_prefix or "")
+        git(dest, "reset", "-q", "--hard")           # the files, written once by git
         git(dest, "tag", tag)
     except BaseException:
         if made:

@@ -18,7 +18,7 @@ from ..conditions import conditions_of, replacements_of, stale_reasons, supersed
 from ..gitcmd import author_env, git, init_repo
 from ..patchfile import PatchFile, split_message
 from ..pristine import Pristine
-from ..worktree import PRISTINE_TAG, commit_patches, unpack_release
+from ..worktree import PRISTINE_TAG, commit_patches, commit_release
 from .pydefs import collisions
 from .state import CLEAN, CONFLICT, DROPPED, OFFSET, RESOLVED, SUPERSEDED, UPSTREAM, Outcome
 
@@ -38,18 +38,16 @@ def build_rebase_repo(dest: Path, patches: list[PatchFile], old: Pristine, new: 
     if dest.exists():
         shutil.rmtree(dest)
     init_repo(dest)
-    unpack_release(dest, old, root)
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {old_label}")
+    base = commit_release(dest, old, root, f"pristine {old_label}")
     git(dest, "tag", OLD_TAG)
+    git(dest, "reset", "-q", "--hard")          # the old release's files, written once by git
     git(dest, "checkout", "-q", "-b", OLD_BRANCH)
     commits = commit_patches(dest, patches, old_label)
-    git(dest, "checkout", "-q", "-B", "main", OLD_TAG)
-    shutil.rmtree(dest / root, ignore_errors=True)
-    unpack_release(dest, new, root)
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "--allow-empty", "-m", f"pristine {new_label}")
+    # The new release on top of the old one (git sees moves as renames); checking it out rewrites only the
+    # files the two releases (and the series) differ in.
+    commit_release(dest, new, root, f"pristine {new_label}", parent=base)
     git(dest, "tag", PRISTINE_TAG)
+    git(dest, "checkout", "-q", "main")
     return commits
 
 
