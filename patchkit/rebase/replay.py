@@ -39,14 +39,13 @@ def build_rebase_repo(dest: Path, patches: list[PatchFile], old: Pristine, new: 
         shutil.rmtree(dest)
     init_repo(dest)
     base = commit_release(dest, old, root, f"pristine {old_label}")
-    git(dest, "tag", OLD_TAG)
+    git(dest, "tag", OLD_TAG, base)
     git(dest, "reset", "-q", "--hard")          # the old release's files, written once by git
     git(dest, "checkout", "-q", "-b", OLD_BRANCH)
     commits = commit_patches(dest, patches, old_label)
     # The new release on top of the old one (git sees moves as renames); checking it out rewrites only the
     # files the two releases (and the series) differ in.
-    commit_release(dest, new, root, f"pristine {new_label}", parent=base)
-    git(dest, "tag", PRISTINE_TAG)
+    git(dest, "tag", PRISTINE_TAG, commit_release(dest, new, root, f"pristine {new_label}", parent=base))
     git(dest, "checkout", "-q", "main")
     return commits
 
