@@ -8,7 +8,6 @@ worktree shows a change whole; `export` takes those files out of the patches and
 from __future__ import annotations
 
 import posixpath
-import shutil
 import tempfile
 from pathlib import Path
 

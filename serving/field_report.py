@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from patchkit import PatchkitError, jsonio
-from . import field_check as F, field_rows as R
+from . import field_check as F
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -92,11 +92,11 @@ def run_md(report: dict, files: list[str]) -> str:
     v = m.get("versions", {}) if isinstance(m.get("versions"), dict) else {}
     lines = [f"# {report['date']}: field-check on {m['gpu']} ({m['sm']}), user-submitted", ""]
     lines += [f"> {h}" for h in report.get("header", []) if isinstance(h, str)] + [""]
-    lines += [f"A report of `apply.py field-check` (docs/field_check.md) run by a user on their own machine and "
-              f"filed here with `apply.py field-report ingest`; the project did not run it.", "",
+    lines += ["A report of `apply.py field-check` (docs/field_check.md) run by a user on their own machine and "
+              "filed here with `apply.py field-report ingest`; the project did not run it.", "",
               f"- machine: {m['gpu']}, compute capability {m['cc']}, {m.get('sm_count', '?')} SMs, "
               f"{m.get('memory_gib', '?')} GiB, driver {m.get('driver')}, CUDA {m.get('cuda')}",
-              f"- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+              "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
               f"- patch set: line {ps['line']}, version {ps['version']}, series digest {ps['series_digest'][:16]}",
               f"- attestation: {m.get('attestation', '-')}", ""]
     lines += ["| stage | rows |", "|---|---|"]

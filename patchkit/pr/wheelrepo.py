@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .. import PatchkitError, UsageError
+from .. import UsageError
 from ..gitcmd import git
 from ..worktree import commit_release
 
