@@ -21,7 +21,7 @@ from tests.conftest import REPO
 TODAY = dt.date(2026, 12, 7)
 
 
-def fake_torch(name="NVIDIA H100 80GB HBM3", cc=(9, 0)):
+def fake_torch(name="NVIDIA H800", cc=(9, 0)):
     """torch's answers about a card (a hardware query), nothing else."""
     props = types.SimpleNamespace(name=name, major=cc[0], minor=cc[1], multi_processor_count=132,
                                   total_memory=80 * 2 ** 30)
@@ -73,7 +73,7 @@ def test_every_row_that_cannot_run_says_why_and_the_report_is_written(tmp_path):
     assert st["server"] == {"status": "skipped", "reason": "no MODEL=path given"}
     assert report["said"][0] == "field-check: machine" and any("not sm_12x" in s for s in report["said"])
     js, md = F.write_report(report, tmp_path, [])
-    assert js.name == "field-report-nvidia-h100-80gb-hbm3-2026-12-07.json" and md.suffix == ".md"
+    assert js.name == "field-report-nvidia-h800-2026-12-07.json" and md.suffix == ".md"
     data = json.loads(js.read_text())
     assert field_report._problem(data) is None      # the schema ingest holds every report to
     assert data["machine"]["sm_count"] == 132 and data["machine"]["versions"]["sglang"] is None

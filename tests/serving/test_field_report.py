@@ -50,22 +50,22 @@ def test_round_trip(checkout, report_file):
     before = (checkout / "bench/runs/INDEX.md").read_text()
     proc = ingest(checkout, report_file)
     assert proc.returncode == 0, proc.stderr
-    folder = checkout / "bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23"
+    folder = checkout / "bench/runs/2026-12-07-field-nvidia-h800-0.5.23"
     assert sorted(p.name for p in folder.iterdir()) == sorted(["RUN.md", report_file.name,
                                                                report_file.with_suffix(".md").name])
     assert (folder / report_file.name).read_bytes() == report_file.read_bytes()     # raw, byte for byte
     run_md = (folder / "RUN.md").read_text()
-    assert "user-submitted" in run_md and "NVIDIA H100 80GB HBM3" in run_md
+    assert "user-submitted" in run_md and "NVIDIA H800" in run_md
     for line in F.header_lines():
         assert line in run_md
     index = (checkout / "bench/runs/INDEX.md").read_text()
     added = [l for l in index.splitlines() if l not in before.splitlines()]
     assert added == [l for l in index.splitlines() if l.startswith("| `2026-12-07-field-")]
-    assert len(added) == 1 and "bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23/RUN.md" in added[0]
+    assert len(added) == 1 and "bench/runs/2026-12-07-field-nvidia-h800-0.5.23/RUN.md" in added[0]
     assert index.index(added[0]) < index.index("## Archived")
     row = proc.stdout.strip().splitlines()[-1]
-    assert row.startswith("| 2026-12-07 | NVIDIA H100 80GB HBM3 (sm_90), user-submitted | line 0.5.23 ")
-    assert "(bench/runs/2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23/RUN.md)" in row
+    assert row.startswith("| 2026-12-07 | NVIDIA H800 (sm_90), user-submitted | line 0.5.23 ")
+    assert "(bench/runs/2026-12-07-field-nvidia-h800-0.5.23/RUN.md)" in row
     again = ingest(checkout, report_file)        # filed once: a second time is refused, nothing changes
     assert again.returncode == 1 and "already filed" in again.stderr and len(again.stderr.splitlines()) == 1
 
@@ -126,4 +126,4 @@ def test_one_cards_reports_of_both_lines_on_one_day_are_filed_apart(checkout, re
     first, second = ingest(checkout, report_file), ingest(checkout, other)
     assert first.returncode == 0 and second.returncode == 0, second.stderr
     runs = sorted(p.name for p in (checkout / "bench/runs").iterdir() if p.is_dir())
-    assert runs == ["2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.14", "2026-12-07-field-nvidia-h100-80gb-hbm3-0.5.23"]
+    assert runs == ["2026-12-07-field-nvidia-h800-0.5.14", "2026-12-07-field-nvidia-h800-0.5.23"]
