@@ -3,6 +3,9 @@ and `git add -A && git commit -m` made before (the rebase repositories, worktree
 with it), and a file that differs from the wheel's RECORD stops it as unpack stops."""
 from __future__ import annotations
 
+import shutil
+import zipfile
+
 import pytest
 
 from patchkit import PatchkitError
@@ -18,15 +21,12 @@ MESSAGE = "pristine 1.0\n\nBody line,  \nwith a trailing blank line.\n\n"
 
 
 def unpacked_and_added(repo, pristine: Pristine, root: str, message: str, prefix: str = "") -> str:
-    """The commit as it was made before commit_release: the files unpacked, then `git add -A`, `git commit -m`."""
+    """The commit as it was made before commit_release: the files unpacked (less the dist-info), `git add -A`,
+    `git commit -m`."""
     init_repo(repo)
     where = repo / prefix if prefix else repo
     pristine.unpack(where, root=root)
-    git(repo, "rm", "-q", "-r", "--cached", "--ignore-unmatch", ".")
-    for child in where.glob("*.dist-info"):
-        import shutil
-
-        shutil.rmtree(child)
+    shutil.rmtree(where / pristine.dist_info())
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", message)
     return git(repo, "rev-parse", "HEAD").stdout.strip()
@@ -68,11 +68,8 @@ def test_a_file_that_differs_from_its_record_stops_it_and_commits_nothing(tmp_pa
 
 
 def test_a_file_its_record_lists_but_the_wheel_lacks_stops_it(tmp_path):
-    files = dict(FILES)
-    wheel = make_wheel(tmp_path / "w", "1.0", files)
+    wheel = make_wheel(tmp_path / "w", "1.0", FILES)
     # the same wheel less one file its RECORD lists
-    import zipfile
-
     gone = f"{PACKAGE}/core.py"
     thin = tmp_path / "thin.whl"
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(thin, "w") as dst:
