@@ -92,6 +92,7 @@ TEST_WORKERS ?= 2
 # pytest's temporary files (unpacked trees, git repositories: several GB over a run) live in build/pytest-tmp, not
 # the system's temporary directory: pytest empties it when a run starts, pytest.ini drops a passed test's own
 # directory as soon as it passes, and a green run removes the rest; a red run's stays to be read (docs/testing.md).
+# PYTEST_TMP=DIR puts them elsewhere: CI gives a RAM-backed folder where the machine has room (.ci/test_tmp.py).
 PYTEST_TMP := build/pytest-tmp
 # $(LINT_VENV) too: tests/project/test_lint_gate.py runs upstream's linters from it (and skips without it).
 # --durations: every log names the slowest setups and tests (CI's time is budgeted: docs/testing.md).

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -60,10 +59,11 @@ def load_upstream(lock):
 
     rel = line_path(lock, UPSTREAM_KERNEL)
     wheel = fetch(lock.upstream("sglang"), log=lambda *_: None)
-    tmp = Path(tempfile.mkdtemp(prefix="bench_mma_"))
+    # Under the checkout's build/ (a file the module's kernels are read back from, so not a temporary folder).
+    dest = REPO / "build" / "upstream" / lock.line
     with zipfile.ZipFile(wheel) as zf:
-        zf.extract(rel, tmp)
-    return load_module(tmp / rel, "pinned_flash_mla_sm120_triton")
+        zf.extract(rel, dest)
+    return load_module(dest / rel, "pinned_flash_mla_sm120_triton")
 
 
 def load_flashmla():

@@ -6,6 +6,7 @@ benches read 0.5.14's overlay paths whatever the line)."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,9 @@ def test_the_p1_bench_loads_the_pinned_per_head_kernel_of_every_line(line):
 
     upstream = bench_mma_decode.load_upstream(load_lock(REPO / "pin.lock", line))
     assert callable(upstream.flash_mla_sparse_decode_triton)
+    # The extracted file lies in the checkout's build/, read again by the next run: no folder left in the system's
+    # temporary directory per call.
+    assert Path(upstream.__file__).is_relative_to(REPO / "build" / "upstream" / line), upstream.__file__
 
 
 @pytest.mark.parametrize("line", LINES)
