@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.project.test_make_test import make_free_env
 
 SCRIPT = REPO / ".ci" / "test_tmp.py"
 
@@ -63,7 +64,7 @@ def test_ci_gives_make_test_the_folder_and_make_test_uses_then_removes_it(tmp_pa
     assert len(lines) == 1 and 'PYTEST_TMP="$(python3 .ci/test_tmp.py ' in lines[0], lines
     folder = tmp_path / "ram" / "pytest"
     proc = subprocess.run(["make", "-n", "test", f"PYTEST_TMP={folder}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=make_free_env())
     commands = [shlex.split(l) for l in proc.stdout.splitlines() if l.strip()]
     run = next(i for i, c in enumerate(commands) if c[1:3] == ["-m", "pytest"])
     assert f"--basetemp={folder}" in commands[run] and commands[run + 1] == ["rm", "-rf", str(folder)], commands

@@ -7,6 +7,7 @@ checkout's build/ (replaced by the next run, as pytest does with --basetemp) and
 And it builds the lint venv, so the lint gate's tests run as they do in CI (docs/testing.md)."""
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 
@@ -21,9 +22,16 @@ def test_a_passed_tests_temporary_directory_is_removed_and_failed_ones_are_kept_
     assert int(request.config.getini("tmp_path_retention_count")) <= 1
 
 
+def make_free_env() -> dict:
+    """This environment less what a `make` that runs the suite passes down (its command-line variables travel in
+    MAKEFLAGS: CI's `make test PYTEST_TMP=...` would otherwise reach the `make -n` below)."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL")}
+
+
 def _make_n(*args: str) -> list[list[str]]:
     """The commands `make -n test ARGS` would run (nothing is run), each split as the shell would."""
-    proc = subprocess.run(["make", "-n", "test", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["make", "-n", "test", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env=make_free_env())
     assert proc.returncode == 0, proc.stderr
     return [shlex.split(line) for line in proc.stdout.splitlines() if line.strip()]
 
