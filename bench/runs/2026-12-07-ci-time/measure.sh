@@ -48,7 +48,9 @@ for rev in "$@"; do
   git clone -q "$repo" "$work/clone" && git -C "$work/clone" checkout -q "$rev" || { echo "measure.sh: cannot check out $rev" >&2; exit 1; }
   commit=$(git -C "$work/clone" rev-parse --short HEAD)
   mapfile -t steps < <(steps_of_ci_run "$work/clone/.ci/run")
-  ( while :; do echo "$(date -u +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 15; done ) > "$dest/load-$n-$rev.txt" &
+  # time, 1/5/15-minute load, MiB used on the RAM-backed file system (where CI's pytest files may go), MiB available
+  # (the last two since 2026-12-07-ci-ram-tmp; the runs before it have the first four columns)
+  ( while :; do echo "$(date -u +%T) $(cut -d' ' -f1-3 /proc/loadavg) shm_used_mib=$(df -m --output=used /dev/shm | tail -1 | tr -d ' ') mem_available_mib=$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)"; sleep 15; done ) > "$dest/load-$n-$rev.txt" &
   sampler=$!
   total_start=$(date +%s.%N)
   for step in "${steps[@]}"; do
