@@ -510,8 +510,8 @@ def _load(path: Path, name: str):
 
 
 def _tree_of(repo: Path, ref: str, dest: Path) -> Path:
-    """The files of `ref` in `dest`, as `git archive` gives them (unpacked by tar: a FlashInfer tree is 21,000
-    files, which Python's tarfile takes ten times as long over)."""
+    """The files of `ref` in `dest`, as `git archive` gives them, unpacked by tar: over a FlashInfer tree's tens of
+    thousands of files Python's tarfile took a large part of these tests' time (a profile)."""
     dest.mkdir(parents=True)
     archive = subprocess.Popen(["git", "archive", ref], cwd=repo, stdout=subprocess.PIPE)
     unpack = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True)
